@@ -1,0 +1,62 @@
+"""feinsum: a database of code transformations for batched einsums and kernel reductions."""
+
+from feinsum.errors import (
+    DatabaseError,
+    DeviceError,
+    DTypeError,
+    EinsumMatchError,
+    EvaluationError,
+    FeinsumError,
+    FormulaError,
+    InvalidConfigurationError,
+    NotIsomorphicError,
+    RecipeError,
+    RecipeFailure,
+    ShapeError,
+    SpecificationError,
+    SubscriptError,
+    TuningError,
+)
+from feinsum.spec import (
+    LONG_THRESHOLD,
+    Array,
+    BatchedEinsum,
+    BlockSparse,
+    Formula,
+    array,
+    batched_einsum,
+    einsum,
+    formula,
+    is_long,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LONG_THRESHOLD",
+    "Array",
+    "BatchedEinsum",
+    "BlockSparse",
+    "DTypeError",
+    "DatabaseError",
+    "DeviceError",
+    "EinsumMatchError",
+    "EvaluationError",
+    "FeinsumError",
+    "Formula",
+    "FormulaError",
+    "InvalidConfigurationError",
+    "NotIsomorphicError",
+    "RecipeError",
+    "RecipeFailure",
+    "ShapeError",
+    "SpecificationError",
+    "SubscriptError",
+    "TuningError",
+    "__version__",
+    "array",
+    "batched_einsum",
+    "einsum",
+    "formula",
+    "is_long",
+]

@@ -1,0 +1,63 @@
+"""The exception hierarchy: one class per failure kind, all under :class:`FeinsumError`."""
+
+from __future__ import annotations
+
+
+class FeinsumError(Exception):
+    """Base class of every error feinsum raises on purpose."""
+
+
+class SpecificationError(FeinsumError, ValueError):
+    """A batched einsum specification is malformed (base of the spec errors)."""
+
+
+class SubscriptError(SpecificationError):
+    """Malformed einsum subscripts (``"ij,j->"``-style strings or interleaved lists)."""
+
+
+class ShapeError(SpecificationError):
+    """An array has the wrong rank, or one index is given two different lengths."""
+
+
+class DTypeError(SpecificationError):
+    """A dtype feinsum does not support."""
+
+
+class FormulaError(SpecificationError):
+    """A formula operand that cannot be parsed or refers to unknown names."""
+
+
+class NotIsomorphicError(FeinsumError):
+    """Two specifications are not equal up to renaming; the message says what differs."""
+
+
+class EvaluationError(FeinsumError):
+    """Arrays passed to :func:`feinsum.evaluate` do not fit the specification."""
+
+
+class EinsumMatchError(FeinsumError):
+    """A loopy kernel (or part of it) is not a batched einsum feinsum can hold."""
+
+
+class DatabaseError(FeinsumError):
+    """The timing database cannot be opened, read or written."""
+
+
+class RecipeError(FeinsumError):
+    """A recipe cannot be loaded, or does not apply (base of the recipe errors)."""
+
+
+class InvalidConfigurationError(RecipeError):
+    """A configuration violates a recipe constraint (the message names it)."""
+
+
+class RecipeFailure(RecipeError):
+    """A recipe raised while transforming a kernel; the original error is chained."""
+
+
+class DeviceError(FeinsumError):
+    """No usable OpenCL device, or the requested one does not exist."""
+
+
+class TuningError(FeinsumError):
+    """The autotuner could not produce a record."""
