@@ -32,6 +32,60 @@ from feinsum.spec import (
 
 __version__ = "0.1.0"
 
+# Public names defined in modules that import loopy, pyopencl or SQLAlchemy are
+# imported on first use, so that ``import feinsum`` and ``feinsum --help`` stay fast.
+_LAZY: dict[str, str] = {
+    "canonicalize": "feinsum.canonical",
+    "canonical_key": "feinsum.canonical",
+    "canonical_text": "feinsum.canonical",
+    "canonical_lengths": "feinsum.canonical",
+    "structure_key": "feinsum.canonical",
+    "isomorphism": "feinsum.canonical",
+    "Isomorphism": "feinsum.canonical",
+    "spec_to_json": "feinsum.serialize",
+    "spec_from_json": "feinsum.serialize",
+    "generate_loopy": "feinsum.lowering",
+    "evaluate": "feinsum.reference",
+    "cost": "feinsum.costs",
+    "Cost": "feinsum.costs",
+    "get_device": "feinsum.devices",
+    "device_info": "feinsum.devices",
+    "DeviceInfo": "feinsum.devices",
+    "open_database": "feinsum.database",
+    "query": "feinsum.database",
+    "best": "feinsum.database",
+    "recipes": "feinsum.recipes",
+    "recipes_for": "feinsum.recipes",
+    "get_recipe": "feinsum.recipes",
+    "Recipe": "feinsum.recipes",
+    "find_einsums": "feinsum.matching",
+    "match_einsum": "feinsum.matching",
+    "apply_transform": "feinsum.matching",
+    "Match": "feinsum.matching",
+    "measure": "feinsum.measurement",
+    "measure_roofline": "feinsum.roofline",
+    "autotune": "feinsum.tuning",
+    "kernel_reduction": "feinsum.reductions",
+    "compile": "feinsum.direct",
+    "transform_program": "feinsum.hook",
+    "FeinsumTransformMixin": "feinsum.hook",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'feinsum' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 __all__ = [
     "LONG_THRESHOLD",
     "Array",
