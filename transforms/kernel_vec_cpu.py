@@ -177,7 +177,7 @@ def build(e: Any, V: int, U: int) -> lp.TranslationUnit:
     knl = lp.make_kernel(
         domains, insns, [*kt.reference_args(e), *temps], name="einsum",
         lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
-        silenced_warnings=["vectorize_failed", "read_no_write(*)"],
+        silenced_warnings=["vectorize_failed", "read_no_write(*)", "v1_scheduler_fallback"],
     )
     return lp.tag_inames(knl, {"io": "g.0", "ii": "vec", "is": "unr"})
 
