@@ -113,9 +113,11 @@ def generate_block_sparse_loopy(e: BatchedEinsum) -> Any:
     temps = [lp.TemporaryVariable(n, RANGE_DTYPE, shape=())
              for n in ("istart", "iend", "sstart", "send", "jstart", "jend")]
     nrows = e.nrows
-    temps.append(lp.TemporaryVariable("acc", form.dtype, shape=(nrows,)))
-    temps.append(lp.TemporaryVariable("aux", acc_dt, shape=(nrows,)))
-    temps.append(lp.TemporaryVariable("val", form.dtype, shape=(nrows,)))
+    priv = lp.AddressSpace.PRIVATE
+    temps.append(lp.TemporaryVariable("acc", form.dtype, shape=(nrows,), address_space=priv))
+    temps.append(lp.TemporaryVariable("val", form.dtype, shape=(nrows,), address_space=priv))
+    if upd.needs_aux:
+        temps.append(lp.TemporaryVariable("aux", acc_dt, shape=(nrows,), address_space=priv))
     insns: list[Any] = []
     kt_var = kt.var
     fill_vars = {o: kt_var(k) for k, o in fill_names}

@@ -114,7 +114,13 @@ class _Builder:
                 raise FormulaError(f"{expr}: component index out of range")
             if self.dims[agg.name] == 1:
                 return self._access(agg.name, _C), 1
-            return self._access(agg.name, int(k)), 1
+            # formulas index arrays with indices only: select the component in a sum
+            from loopy.symbolic import Reduction
+
+            d = self._feature()
+            pick = prim.If(prim.Comparison(prim.Variable(d), "==", int(k)),
+                           self._access(agg.name, prim.Variable(d)), 0)
+            return Reduction("sum", (d,), pick), 1
         if isinstance(expr, (prim.Sum, prim.Product)):
             parts = [self.tr(c) for c in expr.children]
             return type(expr)(tuple(p for p, _ in parts)), self._dim(parts, expr)
@@ -133,6 +139,10 @@ class _Builder:
                 raise FormulaError(f"unknown function {fn!r} in {expr}")
             return prim.Call(expr.function, tuple(a for a, _ in args)), self._dim(args, expr)
         raise FormulaError(f"{expr}: {type(expr).__name__} is not supported in formulas")
+
+    def _feature(self) -> str:
+        self.nfeature += 1
+        return f"d{self.nfeature - 1}"
 
     @staticmethod
     def _dim(parts: list[tuple[Any, int]], where: Any) -> int:
@@ -163,8 +173,7 @@ class _Builder:
         if dim == 1:
             result = body
         else:
-            d = f"d{self.nfeature}"
-            self.nfeature += 1
+            d = self._feature()
             body = SubstitutionMapper(make_subst_func({_C.name: prim.Variable(d)}))(body)
             result = Reduction("sum", (d,), body)
         return prim.Call(prim.Variable("sqrt"), (result,)) if fn == "norm" else result
@@ -228,11 +237,12 @@ def kernel_reduction(
     plain: list[tuple[Array, tuple[str, ...]]] = []
     rest = []
     for f in factors:
-        if (dim > 1 and not plain and isinstance(f, prim.Subscript)
-                and isinstance(f.aggregate, prim.Variable) and f.aggregate.name in b.arrays
-                and b.role[f.aggregate.name] in ("i", "j")
-                and f.index_tuple == (prim.Variable(b.role[f.aggregate.name]), e_idx)):
-            plain.append((b.arrays[f.aggregate.name], (b.role[f.aggregate.name], "e")))
+        role = b.role.get(getattr(getattr(f, "aggregate", None), "name", None))
+        if (not plain and len(factors) > 1 and isinstance(f, prim.Subscript)
+                and role in ("i", "j")
+                and f.index_tuple == ((prim.Variable(role), e_idx) if dim > 1
+                                      else (prim.Variable(role),))):
+            plain.append((b.arrays[f.aggregate.name], tuple(str(v) for v in f.index_tuple)))
         else:
             rest.append(f)
     body = rest[0] if len(rest) == 1 else prim.Product(tuple(rest)) if rest else 1
