@@ -1,0 +1,306 @@
+"""The reference loopy kernel of a batched einsum: what every recipe receives.
+
+:func:`generate_loopy` follows the contract in ``docs/architecture.md`` ("The
+reference kernel"); ``docs/lowering.rst`` writes out the details that contract
+leaves open (argument order, reduction operation names, casts). In short, for
+``K = exp(-sum(d, (x[i,d]-y[j,d])**2)/(2*s**2))`` times ``b[j]`` summed over ``j``::
+
+    [N, M] -> {[i, j, d]: 0 <= i < N and 0 <= j < M and 0 <= d < 3}
+
+    K(i, j) := exp(-sum(d, (x[i, d] - y[j, d])**2) / (2*s**2))
+    op0_r0(i, j) := K(i, j)
+    op1_r0(j) := b[j]
+    out0[i] = sum(j, op0_r0(i, j)*op1_r0(j))        {id=row0}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pymbolic.primitives as prim
+
+from feinsum.errors import DTypeError, FeinsumError, SpecificationError
+from feinsum.spec import INDEX_REDUCTIONS, Array, BatchedEinsum, Formula, Length
+
+if TYPE_CHECKING:
+    import loopy as lp
+
+#: The loopy target of every reference kernel.
+KERNEL_NAME = "einsum"
+LANG_VERSION = (2018, 2)
+#: dtype of length-symbol arguments, inames and argmin/argmax index outputs.
+INDEX_DTYPE = np.dtype(np.int32)
+
+
+def output_names(e: BatchedEinsum) -> tuple[str, ...]:
+    """The output arguments, in argument order: ``out0`` (``out0_index``), ``out1``..."""
+    names: list[str] = []
+    for r in range(e.nrows):
+        names.append(f"out{r}")
+        if e.reduction in INDEX_REDUCTIONS:
+            names.append(f"out{r}_index")
+    return tuple(names)
+
+
+def operand_rule_name(row: int, column: int) -> str:
+    """Name of the substitution rule holding operand *column* of *row*."""
+    return f"op{column}_r{row}"
+
+
+def compute_dtype(e: BatchedEinsum, row: int) -> np.dtype[Any]:
+    """dtype the row's product is computed in: numpy's result type of its factors.
+
+    Equal to ``e.value_dtype(row)`` except for logsumexp of integers (the product is
+    integer, the logsumexp floating)."""
+    from feinsum.formulas import formula_result_dtype
+
+    return np.result_type(
+        *(f.dtype if isinstance(f, Array) else formula_result_dtype(f)
+          for entry in e.arguments[row] for f in entry)
+    )
+
+
+def check_reduction_dtypes(e: BatchedEinsum) -> None:
+    """Orderings (min, max, argmin, argmax) and logsumexp need real values."""
+    if e.reduction == "sum":
+        return
+    for r in range(e.nrows):
+        dt = compute_dtype(e, r)
+        if dt.kind == "c":
+            raise DTypeError(
+                f"row {r}: {e.reduction} of complex values ({dt}) is not defined; reduce the "
+                "real part, the imaginary part or the modulus (a formula with abs) instead"
+            )
+
+
+def feature_inames(e: BatchedEinsum) -> dict[str, dict[str, str]]:
+    """For each formula, its feature indices' iname names.
+
+    A feature index keeps its name unless it clashes with an einsum index, an
+    array, a formula, a length symbol, or a same-named feature index of a different
+    length in another formula; then it becomes ``{formula}_{index}``."""
+    from feinsum.formulas import feature_indices
+
+    taken = set(e.indices) | {a.name for a in e.arrays} | {f.name for f in e.formulas}
+    taken |= set(e.length_symbols)
+    lengths: dict[str, set[Length]] = {}
+    for f in e.formulas:
+        for d, n in feature_indices(f).items():
+            lengths.setdefault(d, set()).add(n)
+    result: dict[str, dict[str, str]] = {}
+    for f in e.formulas:
+        result[f.name] = {
+            d: d if d not in taken and len(lengths[d]) == 1 else f"{f.name}_{d}"
+            for d in feature_indices(f)
+        }
+    return result
+
+
+def _check_reserved_names(e: BatchedEinsum) -> None:
+    reserved = {KERNEL_NAME, *output_names(e)}
+    reserved |= {operand_rule_name(r, c) for r in range(e.nrows) for c in range(e.noperands)}
+    for what, names in (
+        ("array", [a.name for a in e.arrays]),
+        ("formula", [f.name for f in e.formulas]),
+        ("index", list(e.indices)),
+        ("length symbol", list(e.length_symbols)),
+    ):
+        for name in names:
+            if name in reserved:
+                raise SpecificationError(
+                    f"{what} {name!r}: the name is taken by the reference kernel (outputs are "
+                    "out{r}, operands op{c}_r{r}, the kernel einsum); rename it"
+                )
+
+
+# {{{ formula expressions
+
+
+def variable_name(expr: Any) -> str:
+    """The name of a variable (an array or a called function)."""
+    if not isinstance(expr, prim.Variable):
+        raise SpecificationError(f"expected a name, got {expr}")
+    return expr.name
+
+
+def _formula_rule_body(f: Formula, inames: Mapping[str, str]) -> Any:
+    """The formula's expression with typed constants, casts of arrays to the formula's
+    dtype, feinsum's NaN-propagating min/max, and renamed feature indices."""
+    from loopy.library.reduction import MaxReductionOperation, MinReductionOperation
+    from loopy.symbolic import Reduction, TypeCast
+    from pymbolic.mapper import IdentityMapper
+
+    from feinsum.formulas import formula_result_dtype
+    from feinsum.loopy_ops import MaxReduction, MinReduction
+
+    dtype = formula_result_dtype(f)
+    arrays = {a.name: a for a in f.arrays}
+    real = np.dtype(dtype.char.lower()) if dtype.kind == "c" else dtype
+    cplx = dtype if dtype.kind == "c" else np.result_type(dtype, np.complex64)
+
+    def cast(expr: Any, dt: np.dtype[Any]) -> Any:
+        return expr if dt == dtype else TypeCast(dtype, expr)
+
+    class Lower(IdentityMapper):  # type: ignore[misc]
+        def map_constant(self, expr: Any) -> Any:
+            if isinstance(expr, float):
+                return (real if real.kind == "f" else np.dtype(np.float64)).type(expr)
+            if isinstance(expr, complex):
+                return cplx.type(expr)
+            return expr
+
+        def map_variable(self, expr: prim.Variable) -> Any:
+            if expr.name in arrays:
+                return cast(expr, arrays[expr.name].dtype)
+            return prim.Variable(inames.get(expr.name, expr.name))
+
+        def map_subscript(self, expr: prim.Subscript) -> Any:
+            index = tuple(self.rec(i) for i in expr.index_tuple)
+            name = variable_name(expr.aggregate)
+            return cast(prim.Subscript(prim.Variable(name), index), arrays[name].dtype)
+
+        def map_reduction(self, expr: Any) -> Any:
+            op = expr.operation
+            if isinstance(op, MaxReductionOperation):
+                op = MaxReduction()
+            elif isinstance(op, MinReductionOperation):
+                op = MinReduction()
+            return Reduction(op, tuple(inames.get(i, i) for i in expr.inames),
+                             self.rec(expr.expr), expr.allow_simultaneous)
+
+    return Lower()(f.expression)
+
+
+# }}}
+
+
+def generate_loopy(e: BatchedEinsum) -> lp.TranslationUnit:
+    """The reference loopy kernel of *e* (see the module docstring and
+    ``docs/lowering.rst``): one kernel named ``einsum``, no tags, no transformations,
+    target :class:`loopy.PyOpenCLTarget`."""
+    if e.block_sparse is not None:
+        return _block_sparse_module().generate_block_sparse_loopy(e)
+
+    import loopy as lp
+    from loopy.kernel.instruction import make_assignment
+    from loopy.symbolic import Reduction, TypeCast
+
+    from feinsum.loopy_ops import OPERATIONS
+
+    _check_reserved_names(e)
+    check_reduction_dtypes(e)
+    features = feature_inames(e)
+
+    # {{{ domain
+
+    bounds = {i: e.lengths[i] for i in e.indices}
+    from feinsum.formulas import feature_indices
+
+    for f in e.formulas:
+        for d, n in feature_indices(f).items():
+            bounds.setdefault(features[f.name][d], n)
+    params = e.length_symbols
+    constraints = " and ".join(f"0 <= {i} < {n}" for i, n in bounds.items())
+    domain = ("[" + ", ".join(params) + "] -> " if params else "") + (
+        "{[" + ", ".join(bounds) + "]: " + constraints + "}"
+    )
+
+    # }}}
+
+    # {{{ arguments
+
+    def shape(a: Array) -> tuple[Any, ...]:
+        return tuple(prim.Variable(n) if isinstance(n, str) else n for n in a.shape)
+
+    args: list[Any] = [
+        lp.ValueArg(a.name, a.dtype) if a.ndim == 0
+        else lp.GlobalArg(a.name, a.dtype, shape=shape(a), order=a.order)
+        for a in e.arrays
+    ]
+    out_shape = tuple(
+        prim.Variable(n) if isinstance(n, str) else n for n in (e.lengths[i] for i in e.out_indices)
+    )
+    for r in range(e.nrows):
+        args.append(lp.GlobalArg(f"out{r}", e.value_dtype(r), shape=out_shape, order="C",
+                                 is_output=True))
+        if e.reduction in INDEX_REDUCTIONS:
+            args.append(lp.GlobalArg(f"out{r}_index", INDEX_DTYPE, shape=out_shape, order="C",
+                                     is_output=True))
+    args.extend(lp.ValueArg(n, INDEX_DTYPE) for n in params)
+
+    # }}}
+
+    # {{{ substitution rules and instructions
+
+    rules: list[Any] = [
+        lp.SubstitutionRule(f.name, f.arguments, _formula_rule_body(f, features[f.name]))
+        for f in e.formulas
+    ]
+
+    def factor_expr(f: Array | Formula, idx: tuple[prim.Variable, ...], dt: np.dtype[Any]) -> Any:
+        if isinstance(f, Array):
+            expr: Any = prim.Subscript(prim.Variable(f.name), idx) if idx else prim.Variable(f.name)
+            fdt = f.dtype
+        else:
+            from feinsum.formulas import formula_result_dtype
+
+            expr, fdt = prim.Call(prim.Variable(f.name), idx), formula_result_dtype(f)
+        return expr if fdt == dt else TypeCast(dt, expr)
+
+    red = e.reduction_indices
+    out_idx = tuple(prim.Variable(i) for i in e.out_indices)
+    insns: list[Any] = []
+    for r, row in enumerate(e.arguments):
+        dt = compute_dtype(e, r)
+        factors = []
+        for c, entry in enumerate(row):
+            idx = tuple(prim.Variable(i) for i in e.in_indices[c])
+            name = operand_rule_name(r, c)
+            body = prim.Product(tuple(factor_expr(f, idx, dt) for f in entry)) if len(
+                entry) > 1 else factor_expr(entry[0], idx, dt)
+            rules.append(lp.SubstitutionRule(name, e.in_indices[c], body))
+            factors.append(prim.Call(prim.Variable(name), idx) if idx else prim.Variable(name))
+        product = prim.Product(tuple(factors)) if len(factors) > 1 else factors[0]
+
+        def out(name: str) -> Any:
+            return prim.Subscript(prim.Variable(name), out_idx) if out_idx else prim.Variable(name)
+
+        if not red:
+            # loopy warns about and drops a reduction over no inames: write the product
+            expr: Any = product
+        elif e.reduction == "sum":
+            expr = Reduction("sum", red, product)
+        elif e.reduction in INDEX_REDUCTIONS:
+            expr = Reduction(OPERATIONS[e.reduction](), red, (product, prim.Variable(red[0])))
+        else:
+            expr = Reduction(OPERATIONS[e.reduction](), red, product)
+        assignees: tuple[Any, ...] = (out(f"out{r}"),)
+        if e.reduction in INDEX_REDUCTIONS:
+            assignees += (out(f"out{r}_index"),)
+        insns.append(make_assignment(assignees, expr, id=f"row{r}"))
+
+    # }}}
+
+    return lp.make_kernel(
+        domain, [*rules, *insns], args,
+        name=KERNEL_NAME, lang_version=LANG_VERSION, target=lp.PyOpenCLTarget(),
+    )
+
+
+def _block_sparse_module() -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module("feinsum.block_sparse")
+    except ModuleNotFoundError as exc:
+        if exc.name != "feinsum.block_sparse":
+            raise
+        raise FeinsumError(
+            "block-sparse specifications need feinsum.block_sparse, which this installation "
+            "lacks; drop block_sparse= for the dense reduction"
+        ) from exc
+
+
+# vim: foldmethod=marker
