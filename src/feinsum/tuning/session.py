@@ -1,0 +1,417 @@
+"""``feinsum.autotune``: search the recipes' parameter spaces for one einsum on one device.
+
+Every measurement is written to the database as soon as it is taken, failures included,
+so a configuration is never measured twice (for one einsum, lengths, device and recipe
+version) and an interrupted run resumes where it stopped: the budget counts the records
+already there, the strategies skip them and the model is seeded with them.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as _dt
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from feinsum.errors import RecipeError, TuningError
+from feinsum.measurement import (
+    UNTRANSFORMED,
+    Candidate,
+    Measurement,
+    MeasureOptions,
+    Target,
+    TimingStats,
+    random_inputs,
+)
+from feinsum.tuning.strategies import Strategy, make_strategy, valid_count
+
+if TYPE_CHECKING:
+    from feinsum.devices import DeviceInfo
+    from feinsum.recipes import ParameterSpace, Recipe
+    from feinsum.roofline import Roofline
+    from feinsum.spec import BatchedEinsum
+
+#: Evaluations per tuning run when no budget is given (shared by the competing recipes).
+DEFAULT_BUDGET = 100
+#: ``strategy="auto"``: a recipe whose space has at most this many valid configurations
+#: (or no more than its share of the budget) is searched exhaustively, else model-based.
+EXHAUSTIVE_LIMIT = 32
+
+
+# {{{ the result
+
+
+@dataclass
+class TuningResult:
+    """What :func:`autotune` found. ``best`` is the fastest configuration overall (this run
+    and earlier ones); ``measurements`` are those taken in this run."""
+
+    title: str
+    canonical_key: str
+    device_name: str
+    lengths: dict[str, int]
+    flops: float
+    best: Measurement | None
+    best_per_recipe: dict[str, Measurement]
+    baseline: Measurement | None
+    peers: dict[str, float]
+    measurements: list[Measurement]
+    recipe_stats: dict[str, dict[str, int]]
+    previous: int
+    elapsed: float
+    roofline: Roofline | None = None
+    failures: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def fastest_peer(self) -> str | None:
+        return min(self.peers, key=self.peers.__getitem__) if self.peers else None
+
+    @property
+    def configs_per_minute(self) -> float:
+        """Configurations measured per minute of this run (failures included)."""
+        return 60.0 * len(self.measurements) / self.elapsed if self.elapsed > 0 else 0.0
+
+    @property
+    def speedup_over_untransformed(self) -> float | None:
+        if self.best is None or self.baseline is None or not self.baseline.ok:
+            return None
+        assert self.best.seconds and self.baseline.seconds
+        return self.baseline.seconds / self.best.seconds
+
+    @property
+    def speedup_over_peer(self) -> float | None:
+        peer = self.fastest_peer
+        if self.best is None or peer is None or not self.best.seconds:
+            return None
+        return self.peers[peer] / self.best.seconds
+
+    def table(self) -> Any:
+        from feinsum.tuning.progress import result_table
+
+        return result_table(self)
+
+    def __str__(self) -> str:
+        from rich.console import Console
+
+        console = Console(width=160, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+        console.print(self.table())
+        return console.export_text()
+
+
+# }}}
+
+
+# {{{ the database side
+
+
+class _Records:
+    """The tuning run's view of the database: records of this einsum, lengths and device."""
+
+    def __init__(self, db: Any, einsum: BatchedEinsum, target: Target, device: DeviceInfo):
+        self.db = db
+        self.einsum = einsum
+        self.target = target
+        self.device = device
+
+    def records(self, recipe_name: str, version: str) -> list[Any]:
+        if self.db is None:
+            return []
+        return list(self.db.query(self.einsum, device=self.device,
+                                  recipe=(recipe_name, version), status=None,
+                                  lengths=self.target.lengths))
+
+    def add(self, m: Measurement) -> None:
+        if self.db is None:
+            return
+        from feinsum.database import NewMeasurement
+
+        t = m.timing
+        self.db.add_measurement(NewMeasurement(
+            einsum=self.einsum, device=self.device, recipe_name=m.recipe_name,
+            recipe_version=m.recipe_version, params=m.params, status=m.status,
+            lengths=m.lengths, samples=t.samples if t else (),
+            min_time=t.min if t else None, median_time=t.median if t else None,
+            spread=t.spread if t else None, flops=m.flops, bytes=m.nbytes,
+            validation_error=m.validation_error, message=m.message or None,
+            started_at=_dt.datetime.fromtimestamp(m.started_at, _dt.UTC)
+            if m.started_at else None,
+        ))
+
+
+def _from_record(r: Any, target: Target, spread_limit: float, roofline: Roofline | None
+                 ) -> Measurement:
+    timing = (TimingStats.from_samples(list(r.samples), spread_limit)
+              if r.status == "ok" and r.samples else None)
+    fraction = (roofline.fraction(target.dtype, target.flops, target.nbytes, timing.median)
+                if roofline is not None and timing is not None else None)
+    return Measurement(status=r.status, recipe_name=r.recipe_name,
+                       recipe_version=r.recipe_version, params=dict(r.params),
+                       lengths=dict(r.lengths), message=r.message or "", timing=timing,
+                       flops=target.flops, nbytes=target.nbytes, roofline_fraction=fraction,
+                       validation_error=r.validation_error)
+
+
+# }}}
+
+
+# {{{ recipes competing for the budget
+
+
+@dataclass
+class _Arm:
+    recipe: Recipe
+    space: ParameterSpace
+    strategy: Strategy
+    evaluated: int = 0
+    failed: int = 0
+    in_flight: int = 0
+    exhausted: bool = False
+    best: Measurement | None = None
+
+    def record(self, m: Measurement) -> None:
+        self.evaluated += 1
+        if not m.ok:
+            self.failed += 1
+        elif self.best is None or (m.seconds or math.inf) < (self.best.seconds or math.inf):
+            self.best = m
+
+
+def _choose(arms: list[_Arm], exploration: float = 0.5) -> _Arm | None:
+    """The recipe to try next: each gets one evaluation first (its default), then an upper
+    confidence bound on its best speed relative to the best overall."""
+    live = [a for a in arms if not a.exhausted]
+    if not live:
+        return None
+    fresh = [a for a in live if a.evaluated + a.in_flight == 0]
+    if fresh:
+        return fresh[0]
+    bests = [a.best.seconds for a in arms if a.best is not None and a.best.seconds]
+    top = min(bests) if bests else None
+    total = sum(a.evaluated + a.in_flight for a in arms) + 1
+
+    def score(a: _Arm) -> float:
+        n = a.evaluated + a.in_flight
+        quality = top / a.best.seconds if top and a.best and a.best.seconds else 0.0
+        return quality + exploration * math.sqrt(math.log(total) / max(n, 1))
+
+    return max(live, key=score)
+
+
+def _resolve_recipes(recipes: Sequence[Recipe | str] | None, spec: BatchedEinsum,
+                     device: DeviceInfo, path: Any) -> tuple[list[Recipe], dict[str, str]]:
+    from feinsum.recipes import Recipe, get_recipe
+    from feinsum.recipes import recipes as all_recipes
+
+    if recipes is None:
+        candidates = all_recipes(path)
+    else:
+        candidates = [r if isinstance(r, Recipe) else get_recipe(r, path) for r in recipes]
+    chosen, skipped = [], {}
+    for r in candidates:
+        try:
+            reason = r.applies(spec, device)
+        except RecipeError as exc:
+            reason = str(exc)
+        if reason is None:
+            chosen.append(r)
+        else:
+            skipped[r.name] = reason
+    return chosen, skipped
+
+
+def _strategy_for(kind: str, space: ParameterSpace, share: int | None) -> str:
+    if kind != "auto":
+        return kind
+    n = valid_count(space)
+    limit = max(EXHAUSTIVE_LIMIT, share or 0)
+    return "exhaustive" if n is not None and n <= limit else "model"
+
+
+# }}}
+
+
+def autotune(
+    einsum: BatchedEinsum,
+    *,
+    device: Any = None,
+    db: Any = None,
+    recipes: Sequence[Recipe | str] | None = None,
+    strategy: str = "auto",
+    budget: int | None = None,
+    time_limit: float | None = None,
+    lengths: Mapping[str, int] | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    recipe_path: Any = None,
+    workers: int | None = None,
+    peers: bool = True,
+    baseline: bool = True,
+    callback: Callable[[Measurement], None] | None = None,
+    **options: Any,
+) -> TuningResult:
+    """Tune *einsum* on *device*: search the applicable recipes' configurations, measure
+    each in an isolated worker, record everything in *db*, and return the best.
+
+    :arg db: a database (:func:`feinsum.open_database`); ``None``: the default database;
+        ``False``: record nothing (no resume).
+    :arg recipes: recipes (objects or names) to consider; default: every recipe on
+        *recipe_path*, ``FEINSUM_RECIPE_PATH`` and the shipped ones that applies.
+    :arg strategy: ``"exhaustive"``, ``"random"``, ``"model"`` (optuna TPE) or ``"auto"``
+        (exhaustive for small spaces, else model-based).
+    :arg budget: evaluations in all (shared by the recipes, records already in the
+        database for this einsum, lengths, device and recipe versions included);
+        default :data:`DEFAULT_BUDGET`, or every configuration with ``"exhaustive"``.
+    :arg time_limit: seconds after which no new candidate is started.
+    :arg lengths: values of the einsum's length symbols.
+    :arg workers: parallel build workers (default: CPU count, at most 4).
+    :arg peers: time numpy/opt_einsum/torch (or :func:`feinsum.evaluate`) for comparison.
+    :arg baseline: time the untransformed kernel (once per database).
+    :arg callback: called with every new measurement (after it is recorded).
+    :arg options: :class:`~feinsum.measurement.MeasureOptions` fields (``min_samples``,
+        ``min_time``, ``build_timeout``, ``run_timeout``, ``validate_full``, ...).
+    """
+    from feinsum.devices import device_info, get_device
+    from feinsum.isolation import WorkerPool
+    from feinsum.roofline import measure_roofline
+    from feinsum.tuning.peers import time_peers
+    from feinsum.tuning.progress import Progress
+
+    t_start = time.monotonic()
+    dev = get_device(device)
+    info = device_info(dev)
+    if db is None:
+        from feinsum.database import open_database
+
+        db = open_database()
+    elif db is False:
+        db = None
+    opts = MeasureOptions().with_overrides(**options)
+    target = Target.make(einsum, lengths)
+    fixed = einsum.with_lengths(dict(lengths)) if lengths else einsum
+    records = _Records(db, fixed, target, info)
+    chosen, skipped = _resolve_recipes(recipes, target.spec, info, recipe_path)
+    if not chosen and not baseline:
+        raise TuningError(f"no recipe applies to {einsum}: "
+                          + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+
+    roof = measure_roofline(dev, db=db)
+    peer_times: dict[str, float] = {}
+    if peers:  # before any worker starts: nothing else runs on the CPU
+        inputs = random_inputs(target.spec, target.lengths, opts.seed)
+        peer_times = time_peers(target.spec.with_lengths(target.lengths), inputs,
+                                min_samples=opts.min_samples, min_time=opts.min_time)
+
+    # {{{ arms: one per recipe, seeded with the database's records
+
+    arms: list[_Arm] = []
+    previous = 0
+    known_best: dict[str, Measurement] = {}
+    budget_total = budget
+    if budget_total is None and strategy != "exhaustive":
+        budget_total = DEFAULT_BUDGET
+    share = None if budget_total is None else max(1, budget_total // max(1, len(chosen)))
+    for r in chosen:
+        space = r.space(target.spec, info)
+        old = records.records(r.name, r.version)
+        previous += len(old)
+        known = [(dict(rec.params), rec.median_time if rec.status == "ok" else None)
+                 for rec in old]
+        kind = _strategy_for(strategy, space, share)
+        strat = make_strategy(kind, space, seed=seed, default=r.default(target.spec, info),
+                              known=known)
+        arm = _Arm(r, space, strat, evaluated=len(old),
+                   failed=sum(rec.status != "ok" for rec in old))
+        for rec in old:
+            if rec.status == "ok":
+                m = _from_record(rec, target, opts.spread_limit, roof)
+                if arm.best is None or (m.seconds or math.inf) < (arm.best.seconds or math.inf):
+                    arm.best = m
+        if arm.best is not None:
+            known_best[r.name] = arm.best
+        arms.append(arm)
+
+    # }}}
+
+    base_m: Measurement | None = None
+    need_baseline = False
+    if baseline:
+        from feinsum.measurement import untransformed_version
+
+        old = records.records(UNTRANSFORMED, untransformed_version())
+        if old:
+            base_m = _from_record(old[0], target, opts.spread_limit, roof)
+        else:
+            need_baseline = True
+
+    title = f"{einsum.subscripts} at {target.lengths}" if target.lengths else einsum.subscripts
+    bar = Progress(progress, budget_total, time_limit, title)
+    bar.update(previous=previous)
+    new: list[Measurement] = []
+    submitted = previous
+    pool = WorkerPool(info, workers, roofline=roof)
+    try:
+        if need_baseline:
+            pool.submit(Candidate.make(target, None, None, opts))
+        while True:
+            out_of_time = time_limit is not None and time.monotonic() - t_start >= time_limit
+            while (not out_of_time and pool.capacity() > 0
+                   and (budget_total is None or submitted < budget_total)):
+                arm = _choose(arms)
+                if arm is None:
+                    break
+                config = arm.strategy.ask()
+                if config is None:
+                    arm.exhausted = True
+                    continue
+                arm.in_flight += 1
+                submitted += 1
+                pool.submit(Candidate.make(target, arm.recipe, config, opts))
+            if out_of_time:
+                pool.cancel()
+            if not pool.in_flight:
+                break
+            for m in pool.poll(0.25):
+                records.add(m)
+                if m.recipe_name == UNTRANSFORMED:
+                    base_m = m
+                else:
+                    arm = next(a for a in arms if a.recipe.name == m.recipe_name)
+                    arm.in_flight -= 1
+                    arm.record(m)
+                    arm.strategy.tell(m.params, m.seconds if m.ok else None)
+                    new.append(m)
+                    bar.update(m, previous=previous)
+                if callback is not None:
+                    callback(m)
+            bar.update(previous=previous)
+    finally:
+        pool.close()
+        bar.close()
+
+    best_per_recipe = {a.recipe.name: a.best for a in arms if a.best is not None}
+    best = min(best_per_recipe.values(), key=lambda m: m.seconds or math.inf, default=None)
+    failures = collections.Counter(m.status for m in new if not m.ok)
+    result = TuningResult(
+        title=title, canonical_key=target.key, device_name=info.name,
+        lengths=dict(target.lengths), flops=target.flops, best=best,
+        best_per_recipe=best_per_recipe, baseline=base_m, peers=peer_times,
+        measurements=new,
+        recipe_stats={a.recipe.name: {"evaluated": a.evaluated, "failed": a.failed}
+                      for a in arms},
+        previous=previous, elapsed=time.monotonic() - t_start, roofline=roof,
+        failures=dict(failures),
+    )
+    if progress:
+        from rich.console import Console
+
+        Console().print(result.table())
+        if skipped:
+            Console().print("not applicable: " + "; ".join(f"{k}: {v}"
+                                                           for k, v in skipped.items()))
+    return result
+
+
+# vim: foldmethod=marker

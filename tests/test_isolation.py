@@ -1,0 +1,85 @@
+"""Worker processes: planted crashing, hanging, wrong and invalid candidates are recorded
+with their category and the pool goes on; timings never overlap builds on a CPU device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import feinsum as f
+from feinsum.isolation import WorkerPool
+from feinsum.measurement import Candidate, MeasureOptions, Target
+from feinsum.recipes import load_recipe_file
+
+PLANTED = Path(__file__).parent / "recipes_for_tests" / "planted.py"
+
+
+@pytest.fixture(scope="module")
+def target() -> Target:
+    D = f.array("D", (35, 35), np.float64)
+    u = f.array("u", ("E", 35), np.float64)
+    return Target.make(f.einsum("ij,ej->ei", D, u), {"E": 2000})
+
+
+@pytest.fixture(scope="module")
+def pool(cl_device):  # type: ignore[no-untyped-def]
+    from feinsum.devices import device_info
+
+    with WorkerPool(device_info(cl_device), size=2) as p:
+        yield p
+
+
+def candidate(target: Target, mode: str, wg: int = 2, **opts: object) -> Candidate:
+    options = MeasureOptions(min_time=0.01, build_timeout=3.0, run_timeout=10.0).with_overrides(
+        **opts)
+    return Candidate.make(target, load_recipe_file(PLANTED), {"mode": mode, "wg": wg}, options)
+
+
+def test_planted_failures_are_categorised_and_the_pool_goes_on(pool, target):
+    modes = ["abort", "ok", "segfault", "hang", "wrong", "invalid", "compile"]
+    for mode in modes:
+        pool.submit(candidate(target, mode))
+    results = {m.params["mode"]: m for m in pool.drain()}
+    assert set(results) == set(modes)
+    expected = {
+        "ok": "ok",
+        "abort": "compile-error",  # the process died while generating code
+        "segfault": "compile-error",
+        "hang": "timeout",
+        "wrong": "wrong-result",
+        "invalid": "invalid",
+        "compile": "compile-error",
+    }
+    got = {mode: m.status for mode, m in results.items()}
+    assert got == expected, {k: results[k].message for k in got}
+    assert "SIGABRT" in results["abort"].message
+    assert "SIGSEGV" in results["segfault"].message
+    assert "3 s" in results["hang"].message and "codegen" in results["hang"].message
+    assert "relative error" in results["wrong"].message
+    assert "planted" in results["invalid"].message
+    assert "no-such-option" in results["compile"].message
+    assert results["ok"].timing is not None and results["ok"].timing.median > 0
+    assert pool.replaced == 3  # abort, segfault and the killed hang
+    # the replacements work
+    again = pool.measure(candidate(target, "ok", wg=4))
+    assert again.ok, again.message
+
+
+def test_timings_never_overlap_builds_on_a_cpu(pool, target, cl_device):
+    if not pool.exclusive:
+        pytest.skip("not a CPU device: timings may overlap builds")
+    start = len(pool.timeline)
+    for wg in (2, 4):
+        pool.submit(candidate(target, "ok", wg))
+    pool.submit(candidate(target, "wrong", 4))
+    done = pool.drain()
+    assert [m.status for m in done].count("ok") == 2
+    spans = pool.timeline[start:]
+    timings = [(a, b) for state, a, b in spans if state == "timing"]
+    builds = [(a, b) for state, a, b in spans if state in ("preparing", "starting")]
+    assert len(timings) == 2 and len(builds) >= 3
+    for t0, t1 in timings:
+        for b0, b1 in builds:
+            assert b1 <= t0 or b0 >= t1, f"build {b0:.3f}-{b1:.3f} overlaps timing {t0:.3f}-{t1:.3f}"

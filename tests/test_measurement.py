@@ -1,0 +1,177 @@
+"""The measurement protocol: statistics, tolerances, validation lengths, timing, roofline."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import feinsum as f
+from feinsum.measurement import (
+    MeasureOptions,
+    TimingStats,
+    compare,
+    measure,
+    small_lengths,
+    tolerance,
+)
+
+
+def local_operator(dtype=np.float64):  # type: ignore[no-untyped-def]
+    D = f.array("D", (35, 35), dtype)
+    u = f.array("u", ("E", 35), dtype)
+    return f.einsum("ij,ej->ei", D, u)
+
+
+# {{{ statistics and tolerances (no device)
+
+
+def test_timing_stats():
+    s = TimingStats.from_samples([1.0, 1.1, 1.0, 3.0, 1.05], spread_limit=0.2)
+    assert s.min == 1.0
+    assert s.median == 1.05
+    assert s.samples == (1.0, 1.1, 1.0, 3.0, 1.05)
+    assert s.spread == pytest.approx((np.percentile(s.samples, 90) - 1.0) / 1.05)
+    assert s.noisy
+    quiet = TimingStats.from_samples([2.0, 2.01, 2.02, 2.0, 2.0])
+    assert not quiet.noisy and quiet.spread < 0.02
+    with pytest.raises(ValueError):
+        TimingStats.from_samples([])
+
+
+def test_tolerance_by_dtype_and_length():
+    assert tolerance(np.float64, 100) == 1e-10
+    assert tolerance(np.float32, 100) == 1e-4
+    assert tolerance(np.complex64, 100) == 1e-4
+    assert tolerance(np.int32, 10**6) == 0.0
+    # long float32 sums get eps * terms
+    assert tolerance(np.float32, 10**5) == pytest.approx(np.finfo(np.float32).eps * 1e5)
+    assert tolerance(np.float64, 10, rtol=0.5) == 0.5
+
+
+def test_compare():
+    ref = {"out0": np.array([1.0, 2.0, 4.0]), "out0_index": np.array([0, 1, 2], np.int32)}
+    ok = {"out0": np.array([1.0, 2.0, 4.0 + 1e-12]), "out0_index": np.array([0, 1, 2])}
+    err, why = compare(ok, ref, 1e-10)
+    assert why is None and err < 1e-12
+    err, why = compare({**ok, "out0": np.array([1.0, 2.0, 5.0])}, ref, 1e-10)
+    assert err == pytest.approx(0.25) and "relative error" in why
+    _, why = compare({**ok, "out0_index": np.array([0, 2, 2])}, ref, 1e-10)
+    assert "indices differ" in why
+    _, why = compare({**ok, "out0": np.array([1.0, np.nan, 4.0])}, ref, 1e-10)
+    assert "NaN" in why
+    _, why = compare({"out0_index": ok["out0_index"]}, ref, 1e-10)
+    assert "missing" in why
+
+
+def test_small_lengths_respect_assumptions():
+    import islpy as isl
+
+    assumptions = isl.BasicSet("[n0, n1] -> { : n0 mod 16 = 0 and n0 >= 16 and n1 >= 1 }")
+    small = small_lengths(assumptions, {"n0": 50000, "n1": 4000}, 331)
+    assert small["n0"] % 16 == 0 and 331 <= small["n0"] < 400
+    assert small["n1"] == 331
+    assert small_lengths(None, {"n0": 100}, 331) == {"n0": 100}
+
+
+def test_options_overrides():
+    o = MeasureOptions().with_overrides(min_samples=3)
+    assert o.min_samples == 3 and o.min_time == 0.2
+    with pytest.raises(TypeError, match="no_such"):
+        MeasureOptions().with_overrides(no_such=1)
+
+
+# }}}
+
+
+# {{{ on the device
+
+
+def test_measure_untransformed_in_process():
+    m = measure(local_operator(), None, lengths={"E": 1000}, isolate=False, min_time=0.01)
+    assert m.ok, m.message
+    assert m.recipe_name == "untransformed"
+    assert m.lengths == {"n0": 1000}
+    assert m.flops == 2 * 35 * 35 * 1000
+    assert m.timing is not None and len(m.timing.samples) >= 5
+    assert m.validation_error is not None and m.validation_error < 1e-12
+    assert m.gflops and m.gflops > 0
+    assert set(m.phase_times) >= {"build", "first-run", "validate", "time"}
+
+
+def test_measure_needs_lengths():
+    with pytest.raises(f.TuningError, match="lengths"):
+        measure(local_operator(), None, isolate=False)
+
+
+def test_four_times_the_work_is_at_least_twice_as_slow():
+    """The untransformed kernel is one sequential loop nest: 4x the elements is 4x the work.
+    Both sizes are measured by one compiled program (the length is a runtime argument)."""
+    e = local_operator()
+    n = 20_000
+    small = measure(e, None, lengths={"E": n}, min_samples=7, min_time=0.1)
+    big = measure(e, None, lengths={"E": 4 * n}, min_samples=7, min_time=0.1)
+    assert small.ok and big.ok, (small.message, big.message)
+    assert big.flops == pytest.approx(4 * small.flops)
+    assert big.timing.min >= 2 * small.timing.min, (small, big)
+    assert big.timing.median >= 2 * small.timing.median, (small, big)
+
+
+def test_validation_at_full_lengths():
+    m = measure(local_operator(np.float32), None, lengths={"E": 3000}, isolate=False,
+                validate_full=True, min_time=0.01)
+    assert m.ok, m.message
+    assert m.validation_error is not None and m.validation_error < 1e-5
+
+
+# }}}
+
+
+# {{{ roofline
+
+
+class _RooflineStore:
+    """The part of the database the roofline uses."""
+
+    def __init__(self):  # type: ignore[no-untyped-def]
+        self.data: dict[str, dict] = {}
+        self.writes = 0
+
+    def get_roofline(self, info):  # type: ignore[no-untyped-def]
+        return self.data.get(info.key)
+
+    def set_roofline(self, info, data):  # type: ignore[no-untyped-def]
+        self.writes += 1
+        self.data[info.key] = data
+
+
+def test_roofline_microbenchmarks_and_reuse(monkeypatch):
+    from feinsum import roofline as rl
+
+    real = rl.run_microbenchmarks
+    calls = []
+
+    def quick(device, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(device)
+        return real(device, quick=True)
+
+    monkeypatch.setattr(rl, "run_microbenchmarks", quick)
+    store = _RooflineStore()
+    r1 = rl.measure_roofline(db=store)
+    assert r1.bandwidth > 1e8 and r1.peak_flops["float32"] > 1e8
+    assert r1.peak("complex64") == r1.peak_flops["float32"]
+    assert r1.peak("int32") is None
+    r2 = rl.measure_roofline(db=store)  # read back, not measured again
+    assert len(calls) == 1 and store.writes == 1
+    assert r2 == r1
+    # the bound: memory-bound at low intensity, flop-bound at high intensity
+    assert r1.attainable("float32", 1.0, 1e9) == pytest.approx(r1.bandwidth / 1e9)
+    assert r1.attainable("float32", 1e12, 1.0) == r1.peak_flops["float32"]
+    assert math.isclose(r1.fraction("float32", 1e12, 1.0, 1e12 / r1.peak_flops["float32"]),
+                        1.0)
+
+
+# }}}
+
+# vim: foldmethod=marker
