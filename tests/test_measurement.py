@@ -8,14 +8,8 @@ import numpy as np
 import pytest
 
 import feinsum as f
-from feinsum.measurement import (
-    MeasureOptions,
-    TimingStats,
-    compare,
-    measure,
-    small_lengths,
-    tolerance,
-)
+from feinsum.measurement import MeasureOptions, TimingStats, measure
+from feinsum.validation import compare, small_lengths, tolerance
 
 
 def local_operator(dtype=np.float64):  # type: ignore[no-untyped-def]
