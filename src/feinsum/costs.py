@@ -27,7 +27,7 @@ Conventions (flops are real floating-point or integer operations):
   multiply; a negative ``n`` adds one division); other powers are a ``pow`` call.
   A feature reduction over ``D`` values costs ``D`` adds (sum), multiplies
   (product) or compares (min/max) per point of the enclosing index space.
-  Array reads and type casts are free.
+  Array reads, type casts and a conditional's select are free.
 * **Special functions** (``exp``, ``log``, ``sqrt``, ``erf``, ``pow``, ...) are
   counted separately, by name, as calls, not flops.
 * **min / max / argmin / argmax**: one compare (1 flop) per term; the index

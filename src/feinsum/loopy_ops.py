@@ -166,6 +166,44 @@ def _call_combine(
 # }}}
 
 
+# {{{ math functions loopy's OpenCL target lacks
+
+#: OpenCL C built-ins that :data:`feinsum.formulas.FUNCTIONS` allows but loopy 2025.2
+#: does not know ("Unknown function 'log1p'").
+EXTRA_FUNCTIONS = ("log1p", "expm1")
+
+
+class MathCallable(ScalarCallable):
+    """A one-argument OpenCL math built-in on real floating values (an integer
+    argument is taken as float64, as numpy does)."""
+
+    def with_types(self, arg_id_to_dtype: Any, clbl_inf_ctx: Any) -> Any:
+        if arg_id_to_dtype.get(0) is None:
+            return self, clbl_inf_ctx
+        if set(arg_id_to_dtype) - {-1, 0}:
+            raise LoopyError(f"{self.name} takes one argument")
+        dt = _numpy_dtype(arg_id_to_dtype[0])
+        if dt.kind == "c":
+            raise LoopyError(f"{self.name}: complex arguments ({dt}) are not supported")
+        t = NumpyType(dt if dt.kind == "f" else np.dtype(np.float64))
+        return (self.copy(arg_id_to_dtype=constantdict({0: t, -1: t}), name_in_target=self.name),
+                clbl_inf_ctx)
+
+
+def register_extra_functions(t_unit: Any, names: Any) -> Any:
+    """*t_unit* with :class:`MathCallable` registered for those of *names* in
+    :data:`EXTRA_FUNCTIONS`."""
+    from loopy.transform.callable import register_callable
+
+    for name in EXTRA_FUNCTIONS:
+        if name in names:
+            t_unit = register_callable(t_unit, name, MathCallable(name))
+    return t_unit
+
+
+# }}}
+
+
 # {{{ reduction operations
 
 

@@ -187,7 +187,8 @@ def generate_loopy(e: BatchedEinsum) -> lp.TranslationUnit:
     from loopy.kernel.instruction import make_assignment
     from loopy.symbolic import Reduction, TypeCast
 
-    from feinsum.loopy_ops import OPERATIONS
+    from feinsum.formulas import feature_indices, formula_result_dtype
+    from feinsum.loopy_ops import OPERATIONS, register_extra_functions
 
     _check_reserved_names(e)
     check_reduction_dtypes(e)
@@ -196,8 +197,6 @@ def generate_loopy(e: BatchedEinsum) -> lp.TranslationUnit:
     # {{{ domain
 
     bounds = {i: e.lengths[i] for i in e.indices}
-    from feinsum.formulas import feature_indices
-
     for f in e.formulas:
         for d, n in feature_indices(f).items():
             bounds.setdefault(features[f.name][d], n)
@@ -211,17 +210,15 @@ def generate_loopy(e: BatchedEinsum) -> lp.TranslationUnit:
 
     # {{{ arguments
 
-    def shape(a: Array) -> tuple[Any, ...]:
-        return tuple(prim.Variable(n) if isinstance(n, str) else n for n in a.shape)
+    def shape(lengths: tuple[Length, ...]) -> tuple[Any, ...]:
+        return tuple(prim.Variable(n) if isinstance(n, str) else n for n in lengths)
 
     args: list[Any] = [
         lp.ValueArg(a.name, a.dtype) if a.ndim == 0
-        else lp.GlobalArg(a.name, a.dtype, shape=shape(a), order=a.order)
+        else lp.GlobalArg(a.name, a.dtype, shape=shape(a.shape), order=a.order)
         for a in e.arrays
     ]
-    out_shape = tuple(
-        prim.Variable(n) if isinstance(n, str) else n for n in (e.lengths[i] for i in e.out_indices)
-    )
+    out_shape = shape(tuple(e.lengths[i] for i in e.out_indices))
     for r in range(e.nrows):
         args.append(lp.GlobalArg(f"out{r}", e.value_dtype(r), shape=out_shape, order="C",
                                  is_output=True))
@@ -244,13 +241,15 @@ def generate_loopy(e: BatchedEinsum) -> lp.TranslationUnit:
             expr: Any = prim.Subscript(prim.Variable(f.name), idx) if idx else prim.Variable(f.name)
             fdt = f.dtype
         else:
-            from feinsum.formulas import formula_result_dtype
-
             expr, fdt = prim.Call(prim.Variable(f.name), idx), formula_result_dtype(f)
         return expr if fdt == dt else TypeCast(dt, expr)
 
     red = e.reduction_indices
     out_idx = tuple(prim.Variable(i) for i in e.out_indices)
+
+    def out(name: str) -> Any:
+        return prim.Subscript(prim.Variable(name), out_idx) if out_idx else prim.Variable(name)
+
     insns: list[Any] = []
     for r, row in enumerate(e.arguments):
         dt = compute_dtype(e, r)
@@ -263,10 +262,6 @@ def generate_loopy(e: BatchedEinsum) -> lp.TranslationUnit:
             rules.append(lp.SubstitutionRule(name, e.in_indices[c], body))
             factors.append(prim.Call(prim.Variable(name), idx) if idx else prim.Variable(name))
         product = prim.Product(tuple(factors)) if len(factors) > 1 else factors[0]
-
-        def out(name: str) -> Any:
-            return prim.Subscript(prim.Variable(name), out_idx) if out_idx else prim.Variable(name)
-
         if not red:
             # loopy warns about and drops a reduction over no inames: write the product
             expr: Any = product
@@ -283,10 +278,19 @@ def generate_loopy(e: BatchedEinsum) -> lp.TranslationUnit:
 
     # }}}
 
-    return lp.make_kernel(
+    t_unit = lp.make_kernel(
         domain, [*rules, *insns], args,
         name=KERNEL_NAME, lang_version=LANG_VERSION, target=lp.PyOpenCLTarget(),
     )
+    return register_extra_functions(t_unit, called_functions(e))
+
+
+def called_functions(e: BatchedEinsum) -> set[str]:
+    """Names of the functions *e*'s formulas call."""
+    from feinsum.formulas import walk
+
+    return {variable_name(x.function) for f in e.formulas for x in walk(f.expression)
+            if isinstance(x, prim.Call)}
 
 
 def _block_sparse_module() -> Any:

@@ -221,10 +221,10 @@ class _FormulaEval:
         if isinstance(expr, prim.Variable):
             if expr.name in self.arrays:
                 return self.block.arrays[expr.name].astype(self.dtype)[()]
-            axis, sl, _ = self._axis(expr.name, scope)
-            values = np.arange(sl.start or 0, sl.stop if sl.stop is not None else
-                               self.features[expr.name], dtype=np.int64)
-            return self.block.place(values, [axis], ndim)
+            # an index used as a value: int32, as loopy's inames
+            axis, sl, n = self._axis(expr.name, scope)
+            start = sl.start or 0
+            return self.block.place(np.arange(start, start + n, dtype=np.int32), [axis], ndim)
         if isinstance(expr, prim.Subscript):
             places = [self._axis(variable_name(i), scope) for i in expr.index_tuple]
             v = self.block.arrays[variable_name(expr.aggregate)][tuple(sl for _, sl, _ in places)]
@@ -327,10 +327,9 @@ def _block_sizes(lengths: list[int], budget: int) -> list[int]:
     *budget* elements (at least one per axis)."""
     sizes = list(lengths)
     for k in range(len(sizes)):
-        rest = math.prod(sizes[k + 1:])
         if math.prod(sizes) <= budget:
             break
-        sizes[k] = max(1, budget // max(1, rest * math.prod(sizes[:k])))
+        sizes[k] = max(1, budget // (math.prod(sizes) // sizes[k]))
     return sizes
 
 
