@@ -125,6 +125,18 @@ def variable_name(expr: Any) -> str:
     return expr.name
 
 
+def typed_constant(value: Any, dtype: np.dtype[Any]) -> Any:
+    """A formula constant as the formula computes it (dtype: the formula's result
+    dtype): a float becomes a numpy scalar of the formula's (real) precision, a complex
+    one of its complex precision, an integer stays a Python int."""
+    if isinstance(value, complex):
+        return (dtype if dtype.kind == "c" else np.result_type(dtype, np.complex64)).type(value)
+    if isinstance(value, (float, np.floating)):
+        real = np.dtype(dtype.char.lower()) if dtype.kind == "c" else dtype
+        return (real if real.kind == "f" else np.dtype(np.float64)).type(value)
+    return value
+
+
 def _formula_rule_body(f: Formula, inames: Mapping[str, str]) -> Any:
     """The formula's expression with typed constants, casts of arrays to the formula's
     dtype, feinsum's NaN-propagating min/max, and renamed feature indices."""
@@ -137,19 +149,13 @@ def _formula_rule_body(f: Formula, inames: Mapping[str, str]) -> Any:
 
     dtype = formula_result_dtype(f)
     arrays = {a.name: a for a in f.arrays}
-    real = np.dtype(dtype.char.lower()) if dtype.kind == "c" else dtype
-    cplx = dtype if dtype.kind == "c" else np.result_type(dtype, np.complex64)
 
     def cast(expr: Any, dt: np.dtype[Any]) -> Any:
         return expr if dt == dtype else TypeCast(dtype, expr)
 
     class Lower(IdentityMapper):  # type: ignore[misc]
         def map_constant(self, expr: Any) -> Any:
-            if isinstance(expr, float):
-                return (real if real.kind == "f" else np.dtype(np.float64)).type(expr)
-            if isinstance(expr, complex):
-                return cplx.type(expr)
-            return expr
+            return typed_constant(expr, dtype)
 
         def map_variable(self, expr: prim.Variable) -> Any:
             if expr.name in arrays:

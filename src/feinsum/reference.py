@@ -28,7 +28,7 @@ import numpy as np
 import pymbolic.primitives as prim
 
 from feinsum.errors import EvaluationError, FeinsumError
-from feinsum.lowering import variable_name
+from feinsum.lowering import typed_constant, variable_name
 from feinsum.spec import INDEX_REDUCTIONS, Array, BatchedEinsum, Formula
 
 #: Elements (of the output block times the reduction indices times feature axes) one
@@ -201,23 +201,14 @@ class _FormulaEval:
         sl = self.block.slices[idx]
         return self.block.axes.index(idx), sl, sl.stop - sl.start
 
-    def _constant(self, value: Any) -> Any:
-        dtype = self.dtype
-        if isinstance(value, complex):
-            return (dtype if dtype.kind == "c" else np.result_type(dtype, np.complex64)).type(value)
-        real = np.dtype(dtype.char.lower()) if dtype.kind == "c" else dtype
-        return (real if real.kind == "f" else np.dtype(np.float64)).type(value)
-
     def rec(self, expr: Any, scope: tuple[str, ...]) -> Any:
         from loopy.symbolic import Reduction
 
         from feinsum.formulas import reduction_name
 
         ndim = len(self.block.axes) + len(scope)
-        if isinstance(expr, (int, np.integer)):
-            return expr
-        if isinstance(expr, (float, complex, np.inexact)):
-            return self._constant(expr)
+        if isinstance(expr, (int, float, complex, np.number)):
+            return typed_constant(expr, self.dtype)
         if isinstance(expr, prim.Variable):
             if expr.name in self.arrays:
                 return self.block.arrays[expr.name].astype(self.dtype)[()]
