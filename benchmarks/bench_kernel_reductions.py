@@ -1,0 +1,274 @@
+"""Kernel-reduction benchmarks (the workloads of ``shared/workloads.md``), one run, same data.
+
+    python benchmarks/bench_kernel_reductions.py [--sizes 1000 10000 100000] [--big]
+                                                [--no-keops] [--quick]
+
+For each workload: feinsum (the ``kernel_vec_cpu`` recipe, configuration picked by a small
+search at N = 1e4, then used at every size), numpy tensorized and torch tensorized (up to
+1e4; beyond, the M x N matrix does not fit: "n/a (memory)"), the untransformed reference
+loopy kernel (up to 1e4) and pykeops on the CPU when installed (2 threads, after its
+compile, best of 3; one run at 1e5). ``--big`` adds the 1e6 Gaussian convolution (feinsum
+alone). Block-sparse: two clustered clouds, several cutoffs (reference kernel timings and
+the number of kept tiles/pairs). Times are seconds; ratios are measured in this run only,
+on a machine that may be shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import feinsum  # noqa: E402
+from feinsum.reductions import kernel_reduction  # noqa: E402
+
+DT = np.float32
+SIGMA = 0.1
+
+
+def best_of(fn: Any, repeat: int) -> float:
+    best = np.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+# {{{ workloads
+
+
+def workloads() -> dict[str, dict[str, Any]]:
+    g = {"g": 1}
+    return {
+        "gauss": dict(spec=kernel_reduction("exp(-sqdist(x, y) * g) * b", i_vars={"x": 3},
+                                            j_vars={"y": 3, "b": 1}, params=g, dtype=DT),
+                      keops=("Exp(-SqDist(x,y)*g)*b", "Sum"), e=1),
+        "gauss4": dict(spec=kernel_reduction("exp(-sqdist(x, y) * g) * b", i_vars={"x": 3},
+                                             j_vars={"y": 3, "b": 4}, params=g, dtype=DT),
+                       keops=("Exp(-SqDist(x,y)*g)*b", "Sum"), e=4),
+        "softmin": dict(spec=kernel_reduction("b - sqdist(x, y) * g", i_vars={"x": 3},
+                                              j_vars={"y": 3, "b": 1}, params=g, dtype=DT,
+                                              reduction="logsumexp"),
+                        keops=("b-SqDist(x,y)*g", "LogSumExp"), e=1),
+        "nn": dict(spec=kernel_reduction("sqdist(x, y)", i_vars={"x": 3}, j_vars={"y": 3},
+                                         dtype=DT, reduction="min_argmin"),
+                   keops=("SqDist(x,y)", "Min_ArgMin"), e=0),
+    }
+
+
+def data(m: int, n: int, e: int, rng: np.random.Generator, spec: Any = None) -> dict[str, Any]:
+    a: dict[str, Any] = {"x": rng.random((m, 3), dtype=DT), "y": rng.random((n, 3), dtype=DT),
+                         "g": DT(1 / (2 * SIGMA**2))}
+    if e == 1:
+        a["b"] = rng.random(n, dtype=DT)
+    elif e > 1:
+        a["b"] = rng.random((n, e), dtype=DT)
+    if spec is not None:
+        names = {v.name for v in spec.arrays}
+        a = {k: v for k, v in a.items() if k in names}
+    return a
+
+
+def numpy_tensorized(name: str, a: dict[str, Any]) -> dict[str, np.ndarray]:
+    d2 = ((a["x"][:, None, :] - a["y"][None, :, :]) ** 2).sum(-1)
+    if name in ("gauss", "gauss4"):
+        return {"out0": np.exp(-d2 * a["g"]) @ a["b"]}
+    if name == "softmin":
+        v = a["b"][None, :] - d2 * a["g"]
+        mx = v.max(1, keepdims=True)
+        return {"out0": (np.log(np.exp(v - mx).sum(1)) + mx[:, 0])}
+    return {"out0": d2.min(1), "out0_index": d2.argmin(1).astype(np.int32)}
+
+
+def torch_tensorized(name: str, a: dict[str, Any]) -> Any:
+    import torch
+
+    torch.set_num_threads(2)
+    x, y = torch.from_numpy(a["x"]), torch.from_numpy(a["y"])
+    d2 = torch.cdist(x, y) ** 2
+    if name in ("gauss", "gauss4"):
+        b = torch.from_numpy(a["b"])
+        return torch.exp(-d2 * float(a["g"])) @ b
+    if name == "softmin":
+        return torch.logsumexp(torch.from_numpy(a["b"])[None] - d2 * float(a["g"]), dim=1)
+    return d2.min(1)
+
+
+# }}}
+
+
+# {{{ feinsum: recipe kernels on device arrays
+
+
+class Runner:
+    def __init__(self) -> None:
+        import pyopencl as cl
+
+        from feinsum.devices import device_info, get_context, get_device
+
+        self.cl = cl
+        self.device = get_device()
+        self.ctx = get_context(self.device)
+        self.queue = cl.CommandQueue(self.ctx)
+        self.info = device_info(self.device)
+        from feinsum.recipes import load_recipe_file
+
+        self.recipes = {n: load_recipe_file(ROOT / "transforms" / f"{n}.py")
+                        for n in ("kernel_vec_cpu", "tiled_1d")}
+
+    def executor(self, t_unit: Any) -> Any:
+        import loopy as lp
+
+        return lp.set_options(t_unit, return_dict=True).executor(self.ctx)
+
+    def recipe_executor(self, recipe: str, e: Any, params: dict[str, Any]) -> Any:
+        r = self.recipes[recipe]
+        return self.executor(r.apply(feinsum.generate_loopy(e), params, e, self.info))
+
+    def to_device(self, a: dict[str, Any]) -> dict[str, Any]:
+        import pyopencl.array as cla
+
+        return {k: cla.to_device(self.queue, v) if isinstance(v, np.ndarray) and v.ndim else v
+                for k, v in a.items()}
+
+    def run(self, ex: Any, dev: dict[str, Any], repeat: int = 1) -> tuple[float, dict[str, Any]]:
+        out: dict[str, Any] = {}
+
+        def go() -> None:
+            nonlocal out
+            _, out = ex(self.queue, **dev)
+            self.queue.finish()
+
+        go()  # build / JIT
+        t = best_of(go, repeat)
+        return t, {k: v.get() for k, v in out.items()}
+
+
+def tune(runner: Runner, name: str, e: Any, a: dict[str, Any], reps: int) -> tuple[dict, Any]:
+    """A small search of kernel_vec_cpu's space at this size; returns the best config."""
+    r = runner.recipes["kernel_vec_cpu"]
+    space = r.space(e, runner.info)
+    best = (np.inf, None, None)
+    dev = runner.to_device(a)
+    for cfg in space.enumerate():
+        if not cfg["denorms_are_zero"] and DT == np.float32:
+            continue
+        try:
+            ex = runner.recipe_executor("kernel_vec_cpu", e, cfg)
+            t, _ = runner.run(ex, dev, reps)
+        except Exception as exc:  # a configuration that fails to build is skipped
+            print(f"    {cfg}: failed ({type(exc).__name__})")
+            continue
+        if t < best[0]:
+            best = (t, cfg, ex)
+    print(f"  tuned {name}: {best[1]} ({best[0]:.4f} s at the tuning size)")
+    return best[1], best[2]
+
+
+# }}}
+
+
+def rel_err(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+
+
+def keops_routine(name: str, formula: str, red: str, e: int) -> Any:
+    from pykeops.numpy import Genred
+
+    alias = ["x = Vi(3)", "y = Vj(3)", "g = Pm(1)"]  # g unused by the nearest neighbour
+    if e:
+        alias.append(f"b = Vj({e})")
+    return Genred(formula, alias, reduction_op=red, axis=1)
+
+
+def keops_args(name: str, a: dict[str, Any]) -> list[Any]:
+    args = [a["x"], a["y"], np.array([a.get("g", 0)], DT)]
+    if "b" in a:
+        b = a["b"]
+        args.append(b[:, None] if b.ndim == 1 else b)
+    return args
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[1000, 10_000, 100_000])
+    ap.add_argument("--big", action="store_true", help="also 1e6 x 1e6 (feinsum alone)")
+    ap.add_argument("--no-keops", action="store_true")
+    ap.add_argument("--only", nargs="*", default=None)
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "2")
+    rng = np.random.default_rng(0)
+    runner = Runner()
+    print(f"device: {runner.info.name}")
+    try:
+        import torch  # noqa: F401
+        have_torch = True
+    except ImportError:
+        have_torch = False
+        print("torch: not installed, its column is skipped")
+    have_keops = False
+    if not args.no_keops:
+        try:
+            import pykeops  # noqa: F401
+            have_keops = True
+        except ImportError:
+            print("pykeops: not installed, its column is skipped")
+    rows = []
+    for name, w in workloads().items():
+        if args.only and name not in args.only:
+            continue
+        e = w["spec"]
+        print(f"\n== {name}: {e}")
+        tune_n = 10_000
+        cfg, ex = tune(runner, name, e, data(tune_n, tune_n, w["e"], rng, e), 2)
+        ref_ex = runner.executor(feinsum.generate_loopy(e))
+        keops = keops_routine(name, *w["keops"], w["e"]) if have_keops else None
+        sizes = list(args.sizes) if name == "gauss" else [s for s in args.sizes if s >= 1e5] or [
+            max(args.sizes)]
+        if name == "gauss" and args.big:
+            sizes.append(1_000_000)
+        for n in sizes:
+            a = data(n, n, w["e"], rng, e)
+            dev = runner.to_device(a)
+            reps = 3 if n <= 10_000 else 1
+            t_fe, got = runner.run(ex, dev, reps)
+            line = {"workload": name, "M=N": n, "feinsum": t_fe}
+            # accuracy: against evaluate on the first rows
+            sub = dict(a, x=a["x"][:64])
+            want = feinsum.evaluate(e, sub)
+            line["rel.err"] = rel_err(got["out0"][:64], want["out0"])
+            if "out0_index" in want:
+                line["index ok"] = float(np.mean(got["out0_index"][:64] == want["out0_index"]))
+            if n <= 10_000:
+                line["numpy"] = best_of(lambda a=a: numpy_tensorized(name, a), reps)
+                line["torch"] = (best_of(lambda a=a: torch_tensorized(name, a), reps)
+                                 if have_torch else "not installed")
+                line["loopy ref"] = runner.run(ref_ex, dev, 1)[0]
+            else:
+                line["numpy"] = line["torch"] = "n/a (memory)"
+                line["loopy ref"] = "n/a (time)"
+            if keops is not None and n <= 100_000:
+                kargs = keops_args(name, a)
+                keops(*kargs, backend="CPU")  # compile
+                line["pykeops cpu"] = best_of(lambda: keops(*kargs, backend="CPU"),
+                                              3 if n <= 10_000 else 1)
+            rows.append(line)
+            print("  " + ", ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in line.items()))
+            for peer in ("numpy", "torch", "loopy ref", "pykeops cpu"):
+                if isinstance(line.get(peer), float):
+                    print(f"    feinsum vs {peer}: {line[peer] / t_fe:.1f}x faster")
+    print("\nconfigurations are the best of kernel_vec_cpu's space at N = 1e4 in this run")
+
+
+if __name__ == "__main__":
+    main()
