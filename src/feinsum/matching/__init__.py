@@ -1,0 +1,15 @@
+"""Matching loopy kernels to batched einsums, and replaying recipes on them.
+
+* :func:`find_einsums` / :func:`match_einsum`: a loopy kernel -> :class:`Match` (the
+  :class:`~feinsum.BatchedEinsum` in the kernel's names, the statements, the name maps
+  to the canonical specification);
+* :func:`apply_transform`: a recipe written for the canonical specification, applied
+  to the user's kernel.
+
+See ``docs/compiler-guide.rst``.
+"""
+
+from feinsum.matching.match import Match, find_einsums, match_einsum
+from feinsum.matching.replay import apply_transform
+
+__all__ = ["Match", "apply_transform", "find_einsums", "match_einsum"]
