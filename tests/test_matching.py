@@ -321,18 +321,3 @@ def test_reference_kernel_matches_as_its_own_spec():
         m = feinsum.match_einsum(feinsum.generate_loopy(c))
         assert m.canonical_key == feinsum.canonical_key(e)
 
-
-def test_compiler_guide_doctest():
-    """docs/compiler-guide.rst runs (match + replay on a real kernel, on the default
-    device)."""
-    import doctest
-    from pathlib import Path
-
-    guide = Path(__file__).resolve().parent.parent / "docs" / "compiler-guide.rst"
-    if not guide.exists():
-        pytest.skip("docs not shipped")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        result = doctest.testfile(str(guide), module_relative=False,
-                                  optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    assert result.failed == 0
