@@ -1,0 +1,93 @@
+"""Argument parsing, dispatch and the exit-code policy of the ``feinsum`` command.
+
+Exit codes: 0 success, 1 user error (one line on stderr; ``--debug`` shows the traceback),
+2 usage error (argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+# subcommand -> (module under feinsum.cli, one-line help)
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "devices": ("cmd_devices", "list OpenCL devices, whether they build kernels, their roofline"),
+    "tune": ("cmd_tune", "autotune an einsum (given on the command line or in a kernel file)"),
+    "match": ("cmd_match", "list the einsums found in a loopy kernel with their canonical keys"),
+    "query": ("cmd_query", "records for an einsum on a device, fastest first"),
+    "best": ("cmd_query", "the best record for an einsum (with the fallback chain)"),
+    "show": ("cmd_show", "one record: recipe, parameters, timings and generated OpenCL code"),
+    "list": ("cmd_list", "what the database holds: einsums x devices, best GFLOP/s"),
+    "report": ("cmd_report", "roofline plot and speed-up table for a device (PNG/SVG/HTML)"),
+    "db": ("cmd_db", "database maintenance: upgrade, export, import, merge, prune, info"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="feinsum",
+        description="A database of code transformations for batched einsums and kernel "
+        "reductions on OpenCL devices.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in _COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show tracebacks on errors")
+        _configure(module, name, p)
+    return parser
+
+
+def _configure(module: str, name: str, parser: argparse.ArgumentParser) -> None:
+    # Argument definitions live beside each command but must not import heavy modules:
+    # every cmd_* module imports feinsum's heavy parts inside its run() only.
+    mod = importlib.import_module(f"feinsum.cli.{module}")
+    mod.configure(parser, name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``feinsum`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from feinsum import __version__
+
+        print(f"feinsum {__version__}")
+        return 0
+    if not args.command:
+        parser.print_help()
+        return 2
+    module, _ = _COMMANDS[args.command]
+    run: Callable[[argparse.Namespace], int] = importlib.import_module(
+        f"feinsum.cli.{module}"
+    ).run
+    try:
+        return run(args) or 0
+    except KeyboardInterrupt:
+        print("feinsum: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        from feinsum.errors import FeinsumError
+
+        if getattr(args, "debug", False):
+            raise
+        if isinstance(exc, FeinsumError):
+            print(f"feinsum {args.command}: error: {exc}", file=sys.stderr)
+            return 1
+        if isinstance(exc, (OSError, ValueError)):
+            print(f"feinsum {args.command}: error: {exc}", file=sys.stderr)
+            return 1
+        print(
+            f"feinsum {args.command}: internal error: {type(exc).__name__}: {exc} "
+            "(rerun with --debug for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

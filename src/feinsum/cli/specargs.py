@@ -1,0 +1,173 @@
+"""Building a specification from command-line arguments or from a kernel file."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from feinsum.errors import FeinsumError, SpecificationError
+
+if TYPE_CHECKING:
+    from feinsum.spec import BatchedEinsum
+
+
+class KernelFileError(FeinsumError):
+    """A kernel file could not be loaded or holds no loopy kernel."""
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser, *, kernel: bool = False) -> None:
+    """Arguments that describe an einsum: subscripts, index lengths, dtypes, orders, batch."""
+    parser.add_argument("subscripts", nargs="?", help='einsum subscripts, e.g. "xre,rij,xej->ei"')
+    parser.add_argument(
+        "-s", "--size", action="append", default=[], metavar="INDEX=LENGTH[,...]",
+        help="length of each index: an integer, or a symbol name for a long axis "
+        "(e.g. -s x=3,r=3,i=35,j=35,e=E)",
+    )
+    parser.add_argument("--dtype", default="float64",
+                        help="dtype of every operand, or a comma list, one per operand")
+    parser.add_argument("--order", default="C", help="memory order C/F, or a comma list")
+    parser.add_argument("--reduction", default="sum",
+                        choices=["sum", "min", "max", "argmin", "argmax", "logsumexp"])
+    parser.add_argument("--rows", type=int, default=1,
+                        help="batch this many outputs sharing the expression")
+    parser.add_argument("--vary", default="",
+                        help="comma list of operand positions that differ per row "
+                        "(default with --rows: the last operand)")
+    parser.add_argument("-l", "--lengths", action="append", default=[], metavar="SYMBOL=N",
+                        help="values of length symbols to tune/measure at (e.g. -l E=50000)")
+    if kernel:
+        parser.add_argument("--kernel", metavar="FILE.py[:NAME]",
+                            help="take the einsum from a loopy kernel built by a Python file")
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        for part in item.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            key, eq, value = part.partition("=")
+            if not eq or not key or not value:
+                raise SpecificationError(f"{what}: expected NAME=VALUE, got {part!r}")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def parse_lengths(items: list[str]) -> dict[str, int]:
+    """``-l E=50000`` -> {"E": 50000}."""
+    out = {}
+    for k, v in _pairs(items, "--lengths").items():
+        try:
+            out[k] = int(v)
+        except ValueError:
+            raise SpecificationError(f"--lengths: {k}={v!r} is not an integer") from None
+    return out
+
+
+def spec_from_args(args: argparse.Namespace) -> BatchedEinsum:
+    """The spec described by SUBSCRIPTS and the size/dtype/order/batch options."""
+    import feinsum
+    from feinsum.spec import parse_subscripts
+
+    if getattr(args, "kernel", None):
+        return load_kernel_spec(args.kernel)
+    if not args.subscripts:
+        raise SpecificationError("give einsum SUBSCRIPTS (e.g. \"ij,ej->ei\") or --kernel FILE.py")
+    nops = args.subscripts.split("->")[0].count(",") + 1
+    in_indices, _ = parse_subscripts(args.subscripts, nops)
+    sizes: dict[str, int | str] = {}
+    for k, v in _pairs(args.size, "--size").items():
+        sizes[k] = int(v) if v.isdigit() else v
+    missing = sorted({i for idx in in_indices for i in idx} - set(sizes))
+    if missing:
+        raise SpecificationError(
+            f"no length for index {', '.join(missing)}: add e.g. -s {missing[0]}=16"
+        )
+    dtypes = args.dtype.split(",")
+    orders = args.order.split(",")
+    for what, vals in (("--dtype", dtypes), ("--order", orders)):
+        if len(vals) not in (1, nops):
+            raise SpecificationError(f"{what}: give one value or {nops} (one per operand)")
+    if args.rows < 1:
+        raise SpecificationError("--rows must be >= 1")
+    vary = {int(v) for v in args.vary.split(",") if v.strip()} if args.vary else (
+        {nops - 1} if args.rows > 1 else set())
+    if any(v < 0 or v >= nops for v in vary):
+        raise SpecificationError(f"--vary: operand positions go from 0 to {nops - 1}")
+    rows = []
+    for r in range(args.rows):
+        row = []
+        for c, idx in enumerate(in_indices):
+            name = f"op{c}_r{r}" if c in vary else f"op{c}"
+            order = orders[c if len(orders) > 1 else 0].upper()
+            if order not in ("C", "F"):
+                raise SpecificationError(f"--order: {order!r} is neither C nor F")
+            row.append(feinsum.array(
+                name, tuple(sizes[i] for i in idx), dtypes[c if len(dtypes) > 1 else 0],
+                order=order))  # type: ignore[arg-type]
+        rows.append(row)
+    return feinsum.batched_einsum(args.subscripts, rows, reduction=args.reduction)
+
+
+def load_kernel(path_spec: str) -> Any:
+    """Run a Python file and return the loopy TranslationUnit it builds.
+
+    ``FILE.py:NAME`` names a module-level TranslationUnit/LoopKernel or a function returning
+    one; without NAME the file must define exactly one.
+    """
+    import runpy
+
+    import loopy as lp
+
+    path, _, name = path_spec.partition(":")
+    if not Path(path).is_file():
+        raise KernelFileError(f"kernel file {path!r} does not exist")
+    try:
+        namespace = runpy.run_path(path, run_name="__feinsum_kernel__")
+    except Exception as exc:
+        raise KernelFileError(
+            f"kernel file {path!r} raised {type(exc).__name__}: {exc}"
+        ) from exc
+
+    def as_t_unit(obj: Any, label: str) -> Any:
+        if isinstance(obj, lp.LoopKernel):
+            return lp.make_program(obj)
+        if isinstance(obj, lp.TranslationUnit):
+            return obj
+        raise KernelFileError(f"{path}:{label} is a {type(obj).__name__}, not a loopy kernel")
+
+    if name:
+        if name not in namespace:
+            raise KernelFileError(f"kernel file {path!r} defines no {name!r}")
+        obj = namespace[name]
+        if callable(obj) and not isinstance(obj, (lp.LoopKernel, lp.TranslationUnit)):
+            try:
+                obj = obj()
+            except Exception as exc:
+                raise KernelFileError(f"{path}:{name}() raised {type(exc).__name__}: {exc}") from exc
+        return as_t_unit(obj, name)
+    found = {k: v for k, v in namespace.items()
+             if isinstance(v, (lp.LoopKernel, lp.TranslationUnit)) and not k.startswith("_")}
+    if len(found) != 1:
+        listed = ", ".join(sorted(found)) or "none"
+        raise KernelFileError(
+            f"kernel file {path!r} defines {len(found)} loopy kernels ({listed}); "
+            "name one as FILE.py:NAME"
+        )
+    (label, obj), = found.items()
+    return as_t_unit(obj, label)
+
+
+def load_kernel_spec(path_spec: str) -> BatchedEinsum:
+    """The single einsum found in a kernel file (an error lists what was found otherwise)."""
+    import feinsum
+
+    t_unit = load_kernel(path_spec)
+    matches = feinsum.find_einsums(t_unit)
+    if len(matches) != 1:
+        raise KernelFileError(
+            f"{path_spec}: found {len(matches)} einsums; `feinsum match {path_spec}` lists them"
+        )
+    return matches[0].einsum  # type: ignore[no-any-return]
