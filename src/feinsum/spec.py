@@ -140,7 +140,11 @@ def array(
     """Describe an input array. *shape* entries are integers or length symbols (``"E"``)."""
     if isinstance(shape, (int, np.integer, str)):
         shape = (shape,)
-    return Array(name, tuple(shape), np.dtype(dtype) if dtype is not None else dtype, order)
+    if not isinstance(shape, Sequence):
+        raise ShapeError(
+            f"array {name!r}: shape must be a length or a sequence of lengths, got {shape!r}"
+        )
+    return Array(name, tuple(shape), dtype, order)
 
 
 @dataclass(frozen=True)
@@ -193,6 +197,11 @@ def formula(
             a.strip() for a in arguments.split(",")
         )
     expr = parse_expression(expression, name) if isinstance(expression, str) else expression
+    if isinstance(arrays, (str, bytes)) or not isinstance(arrays, Iterable):
+        raise FormulaError(
+            f"formula {name!r}: arrays must be a list of the feinsum.array objects it reads, "
+            f"got {arrays!r}"
+        )
     return Formula(name, tuple(arguments), expr, tuple(arrays))
 
 
@@ -401,6 +410,11 @@ def _validate(e: BatchedEinsum) -> None:
     object.__setattr__(e, "_lengths", lengths)
     if e.block_sparse is not None:
         bs = e.block_sparse
+        if not isinstance(bs, BlockSparse):
+            raise SpecificationError(
+                f"block_sparse must be a feinsum.BlockSparse(out_index, reduction_index), "
+                f"got {bs!r}"
+            )
         if bs.out_index not in e.out_indices:
             raise SpecificationError(f"block_sparse.out_index {bs.out_index!r} is not an output index")
         if bs.reduction_index not in red:
@@ -610,10 +624,19 @@ def batched_einsum(
     """
     if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
         raise SpecificationError("rows must be a non-empty list of rows of operands")
-    width = len(rows[0]) if isinstance(rows[0], Sequence) else -1
+    if not isinstance(rows[0], Sequence) or isinstance(rows[0], str):
+        raise SpecificationError(f"row 0 must be a list of operands, got {rows[0]!r}")
+    width = len(rows[0])
     if isinstance(subscripts, str):
         in_indices, out = parse_subscripts(subscripts, width)
     else:
+        if not isinstance(subscripts, Sequence) or not all(
+            isinstance(s, Sequence) and not isinstance(s, str) for s in subscripts
+        ):
+            raise SubscriptError(
+                f"subscripts must be a string like 'ij,jk->ik' or a list of index lists, "
+                f"got {subscripts!r}"
+            )
         in_indices = tuple(tuple(s) for s in subscripts)
         if out_indices is None:
             raise SubscriptError("give out_indices with a list-of-lists subscripts")
