@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -126,3 +127,55 @@ def test_reference_kernel(kind, dtype, cl_context, cl_queue, rng):  # type: igno
         want = evaluate_block_sparse(e, a)
         for k, w in want.items():
             np.testing.assert_allclose(got[k], w, rtol=tol, atol=tol, err_msg=f"{k} {m}x{n}")
+
+
+@functools.cache
+def recipe_executor(kind: str, dtype: str, V: int, U: int, ctx):  # type: ignore[no-untyped-def]
+    import loopy as lp
+
+    from feinsum.devices import device_info
+    from feinsum.recipes import load_recipe_file
+
+    r = load_recipe_file(Path(__file__).resolve().parents[1] / "transforms" / "block_sparse.py")
+    e = spec(kind, np.dtype(dtype))
+    dev = device_info(ctx.devices[0])
+    if r.applies(e, dev) is not None:
+        pytest.skip(r.applies(e, dev))
+    assert r.applies(spec(kind, np.dtype(dtype), block_sparse=False), dev) is not None
+    params = {"V": V, "U": U, "denorms_are_zero": False}
+    t = r.apply(feinsum.generate_loopy(e), params, e, dev)
+    return lp.set_options(t, return_dict=True).executor(ctx), e, r, params
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kind", KINDS)
+def test_block_sparse_recipe(kind, dtype, cl_context, cl_queue, rng):  # type: ignore[no-untyped-def]
+    ex, e, r, params = recipe_executor(kind, np.dtype(dtype).name, 8, 2, cl_context)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    for m, n, cutoff in ((57, 43, 0.5), (1, 1, None), (1, 30, 0.5), (25, 1, 0.5),
+                         (40, 35, None)):
+        x, y, ranges, _ = clouds(m, n, rng, dtype, cutoff)
+        if kind in ("argmin", "argmax"):  # exact ties across ranges
+            x, y = np.round(x * 2) / 2, np.round(y * 2) / 2
+        a = arrays_for(e, x, y, ranges, rng)
+        a.update({k: a[k].astype(np.int32) for k in ("ranges_i", "slices_i", "redranges_j")})
+        extra = r.prepare(e, a, params)
+        _, got = ex(cl_queue, **a, **extra)
+        want = evaluate_block_sparse(e, a)
+        for k, w in want.items():
+            np.testing.assert_allclose(got[k], w, rtol=tol, atol=tol, err_msg=f"{k} {m}x{n}")
+
+
+def test_launch_table_covers_every_row_once():  # type: ignore[no-untyped-def]
+    from feinsum.block_sparse import launch_table
+
+    ranges_i = np.array([[3, 10], [10, 11], [15, 40], [40, 40]])
+    t = launch_table(ranges_i, np.array([1, 1, 3, 3]), 45, 8)
+    covered = np.concatenate([np.arange(lo, hi) for _, lo, hi in t])
+    np.testing.assert_array_equal(covered, np.arange(45))
+    assert np.all(t[:, 2] - t[:, 1] <= 8)
+    for k, lo, hi in t:
+        if k >= 0:
+            assert ranges_i[k, 0] <= lo < hi <= ranges_i[k, 1]
+        else:
+            assert not any(a <= lo < b for a, b in ranges_i)

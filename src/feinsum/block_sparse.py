@@ -73,6 +73,48 @@ def _form(e: BatchedEinsum) -> Any:
 # {{{ reference kernel
 
 
+def range_args() -> list[Any]:
+    """The kernel arguments of the ranges (int32) and their lengths."""
+    import loopy as lp
+
+    n_i, n_red = (prim.Variable(n) for n in RANGE_LENGTHS)
+    return [
+        lp.GlobalArg("ranges_i", RANGE_DTYPE, shape=(n_i, 2)),
+        lp.GlobalArg("slices_i", RANGE_DTYPE, shape=(n_i,)),
+        lp.GlobalArg("redranges_j", RANGE_DTYPE, shape=(n_red, 2)),
+        *(lp.ValueArg(n, RANGE_DTYPE) for n in RANGE_LENGTHS),
+    ]
+
+
+def launch_table(ranges_i: Any, slices_i: Any, m: int, rows: int) -> np.ndarray:
+    """The launch table of block-sparse recipes: ``(nblocks, 3)`` int32 rows
+    ``(cluster, first row, end row)`` cutting every output range into blocks of at most
+    ``rows`` rows, plus blocks with cluster ``-1`` over the rows no range covers (they
+    get the neutral value). Every row ``0 <= i < m`` is in exactly one block."""
+    r = np.asarray(ranges_i, np.int64).reshape(-1, 2)
+    keep = r[:, 1] > r[:, 0]
+    k = np.nonzero(keep)[0]
+    order = k[np.argsort(r[k, 0], kind="stable")]
+    starts, ends = r[order, 0], r[order, 1]
+    if starts.size and (np.any(starts[1:] < ends[:-1]) or starts[0] < 0 or ends[-1] > m):
+        raise ValueError("output ranges overlap or leave [0, M)")
+    # gaps: [0, first), between ranges, [last, m)
+    gap_lo = np.concatenate(([0], ends))
+    gap_hi = np.concatenate((starts, [m]))
+    g = gap_hi > gap_lo
+    seg_k = np.concatenate((order, np.full(int(g.sum()), -1)))
+    seg_lo = np.concatenate((starts, gap_lo[g]))
+    seg_hi = np.concatenate((ends, gap_hi[g]))
+    nb = -(-(seg_hi - seg_lo) // rows)
+    blk = np.repeat(np.arange(seg_k.size), nb)
+    offset = np.arange(blk.size) - np.repeat(np.cumsum(nb) - nb, nb)
+    lo = seg_lo[blk] + offset * rows
+    hi = np.minimum(lo + rows, seg_hi[blk])
+    table = np.stack((seg_k[blk], lo, hi), axis=1)
+    table = table[np.argsort(table[:, 1], kind="stable")]
+    return np.ascontiguousarray(table, dtype=RANGE_DTYPE)
+
+
 def generate_block_sparse_loopy(e: BatchedEinsum) -> Any:
     """The reference loopy kernel of a block-sparse spec (see the module docstring): the
     dense reference kernel's arguments plus ``ranges_i``, ``slices_i``, ``redranges_j``
@@ -183,14 +225,8 @@ def generate_block_sparse_loopy(e: BatchedEinsum) -> Any:
             insns.append(lp.Assignment(kt.sub(f"out{r}_index", *out_idx), aux,
                                        id=f"store{r}_index", within_inames=row_inames,
                                        depends_on=deps))
-    range_args = [
-        lp.GlobalArg("ranges_i", RANGE_DTYPE, shape=(kt_var("nranges_i"), 2)),
-        lp.GlobalArg("slices_i", RANGE_DTYPE, shape=(kt_var("nranges_i"),)),
-        lp.GlobalArg("redranges_j", RANGE_DTYPE, shape=(kt_var("nredranges_j"), 2)),
-        *(lp.ValueArg(n, RANGE_DTYPE) for n in RANGE_LENGTHS),
-    ]
     return lp.make_kernel(
-        domains, insns, [*dense_args, *range_args, *temps], name="einsum",
+        domains, insns, [*dense_args, *range_args(), *temps], name="einsum",
         lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
         silenced_warnings=["read_no_write(*)"],
     )

@@ -364,18 +364,18 @@ class Updater:
                 # first strictly better term wins; the first NaN wins and stays
                 new_idx = prim.If(better, index, prim.If(is_nan, prim.If(acc_nan, aux, index),
                                                           aux))
-            else:
-                tie = prim.LogicalAnd((prim.Comparison(value, "==", acc),
-                                       prim.Comparison(index, "<", aux)))
-                nan_tie = prim.LogicalAnd((acc_nan, prim.Comparison(index, "<", aux)))
-                take = prim.LogicalOr((
-                    prim.Comparison(aux, "<", 0),
-                    prim.LogicalAnd((prim.LogicalNot(acc_nan),
-                                     prim.LogicalOr((better, is_nan, tie)))),
-                    prim.LogicalAnd((is_nan, nan_tie)),
-                ))
-                return [(aux, prim.If(take, index, aux)), (acc, prim.If(take, value, acc))]
-            return [(aux, new_idx), (acc, select_better(value, acc, cmp))]
+                return [(aux, new_idx), (acc, select_better(value, acc, cmp))]
+            # any order: compare indices on ties; comparisons and selects only (no
+            # logical operators, which loopy does not vectorize); aux < 0: empty so far
+            smaller = prim.Comparison(index, "<", aux)
+            empty = prim.Comparison(aux, "<", 0)
+            numbers = prim.If(better, index, prim.If(
+                prim.Comparison(value, "==", acc),
+                prim.If(smaller, index, prim.If(empty, index, aux)), aux))
+            new_idx = prim.If(is_nan, prim.If(acc_nan, prim.If(smaller, index, aux), index),
+                              prim.If(acc_nan, aux, numbers))
+            new_acc = prim.If(is_nan, value, prim.If(acc_nan, acc, prim.If(better, value, acc)))
+            return [(aux, new_idx), (acc, new_acc)]
         if k == "logsumexp":
             # acc = running max m, aux = sum of exp(v - m); one exp per term:
             # d = v - m; t = exp(-|d|); d > 0: s = s*t + 1, m = v; d <= 0: s += t;
@@ -530,3 +530,184 @@ def short_index(a: Array, flat: int, long_idx: Any) -> tuple[Any, ...]:
 # }}}
 
 # vim: foldmethod=marker
+
+
+# {{{ the CPU vector-layout kernel (kernel_vec_cpu, block_sparse recipes)
+
+
+def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False) -> Any:
+    """The CPU vector-layout kernel (``transforms/kernel_vec_cpu.py``): each work-item owns
+    ``U`` vectors of ``V`` consecutive output rows, i-variables packed into private
+    vectors (rows past the end repeat the last row and are not stored), j-variables
+    broadcast, accumulators in vectors.
+
+    ``block_sparse``: work-item ``io`` follows row ``io`` of a host-prepared launch table
+    ``launch[nblocks, 3]`` (cluster ``k``, first row, end row; see
+    :func:`feinsum.block_sparse.launch_table`) and reduces over the cluster's ranges
+    ``redranges_j[slices_i[k-1]:slices_i[k]]`` (none when ``k < 0``) with data-dependent
+    loop bounds.
+    """
+    import loopy as lp
+
+    enable_vector_calls()
+    form = analyze(e, block_sparse=block_sparse)
+    assert not isinstance(form, str), form
+    upd = Updater(e.reduction, form.dtype)
+    ii, io, j = var("ii"), var("io"), var("j")
+    i_names = {a.name: a for a in form.i_arrays}
+    temps: list[Any] = []
+    insns: list[Any] = []
+    outer = frozenset({"io"})
+    if block_sparse:
+        from feinsum.block_sparse import RANGE_DTYPE, range_args
+
+        priv = lp.AddressSpace.PRIVATE
+        temps += [lp.TemporaryVariable(name, RANGE_DTYPE, shape=(), address_space=priv)
+                  for name in ("kc", "rstart", "rend", "sstart", "send", "jstart", "jend")]
+        kc = var("kc")
+        insns += [
+            lp.Assignment("kc", sub("launch", io, 0), id="kc", within_inames=outer),
+            lp.Assignment("rstart", sub("launch", io, 1), id="rstart", within_inames=outer),
+            lp.Assignment("rend", sub("launch", io, 2), id="rend", within_inames=outer),
+            lp.Assignment("sstart", prim.If(prim.Comparison(kc, ">", 0),
+                                            sub("slices_i", kc - 1), 0),
+                          id="sstart", within_inames=outer, depends_on=frozenset({"kc"})),
+            lp.Assignment("send", prim.If(prim.Comparison(kc, ">=", 0), sub("slices_i", kc), 0),
+                          id="send", within_inames=outer, depends_on=frozenset({"kc"})),
+            lp.Assignment("jstart", sub("redranges_j", var("s"), 0), id="jstart",
+                          within_inames=frozenset({"io", "s"}),
+                          depends_on=frozenset({"sstart", "send"})),
+            lp.Assignment("jend", sub("redranges_j", var("s"), 1), id="jend",
+                          within_inames=frozenset({"io", "s"}),
+                          depends_on=frozenset({"sstart", "send"})),
+        ]
+        first, end = var("rstart"), var("rend")
+        setup = {"kc", "rstart", "rend"}
+    else:
+        first, end = io * (U * V), length_expr(form.m)
+        setup = set()
+
+    def row(u: int, lane: Any) -> Any:
+        return first + u * V + lane
+
+    def clamp(r: Any) -> Any:
+        return prim.If(prim.Comparison(r, "<", end), r, end - 1)
+
+    pack_ids = []
+    for a in form.i_arrays:
+        ns = n_short(a)
+        temps.append(lp.TemporaryVariable(f"{a.name}_v", a.dtype, shape=(U, ns, V),
+                                          dim_tags="c,c,vec"))
+        for u in range(U):
+            for s in range(ns):
+                pid = f"pack_{a.name}_{u}_{s}"
+                insns.append(lp.Assignment(
+                    sub(f"{a.name}_v", u, s, ii),
+                    sub(a.name, *short_index(a, s, clamp(row(u, ii)))),
+                    id=pid, within_inames=frozenset({"io", "ii"}),
+                    depends_on=frozenset(setup)))
+                pack_ids.append(pid)
+
+    terms = row_terms(form)
+    nt = len(terms)
+    temps.append(lp.TemporaryVariable("acc", form.dtype, shape=(U, nt, V), dim_tags="c,c,vec"))
+    if upd.needs_aux:
+        aux_dt = upd.index_dtype if e.reduction in INDEX_REDUCTIONS else form.dtype
+        temps.append(lp.TemporaryVariable("aux", aux_dt, shape=(U, nt, V), dim_tags="c,c,vec"))
+    hot = frozenset({"io", "s", "j", "ii"} if block_sparse else {"io", "j", "ii"})
+    hot_deps = {"jstart", "jend"} if block_sparse else set()
+    fac_temps: dict[Any, str] = {}
+    update_ids: list[str] = []
+    init_ids: list[str] = []
+    for u in range(U):
+        def to_vec(name: str, idx: tuple[Any, ...], u: int = u) -> Any:
+            a = i_names.get(name)
+            return None if a is None else sub(f"{name}_v", u, flat_short(a, idx), ii)
+
+        rewrite = Rewriter(to_vec)
+        fac_temps.clear()
+        for t, term in enumerate(terms):
+            acc, aux = sub("acc", u, t, ii), sub("aux", u, t, ii)
+            my_inits = [f"init_{u}_{t}_{k}" for k in range(2)]
+            for sid, (lhs, rhs) in zip(my_inits, upd.init(acc, aux), strict=False):
+                insns.append(lp.Assignment(lhs, rhs, id=sid,
+                                           within_inames=frozenset({"io", "ii"})))
+                init_ids.append(sid)
+            factors = []
+            for f in term.factors:
+                g = rewrite(f)
+                if depends_on(g, {f"{a}_v" for a in i_names}) and not isinstance(
+                        g, prim.Subscript):
+                    if g not in fac_temps:
+                        name = f"f{u}_{len(fac_temps)}"
+                        fac_temps[g] = name
+                        temps.append(lp.TemporaryVariable(name, form.dtype, shape=(V,),
+                                                          dim_tags="vec"))
+                        insns.append(lp.Assignment(
+                            sub(name, ii), g, id=f"fac_{name}", within_inames=hot,
+                            depends_on=frozenset({*pack_ids, *hot_deps})))
+                    g = sub(fac_temps[g], ii)
+                factors.append(g)
+            value = product(factors)
+            deps = {f"fac_{fn}" for fn in fac_temps.values()} | hot_deps
+            prev: str | None = None
+            for k, (lhs, rhs) in enumerate(upd.update(acc, aux, value, j,
+                                                      ordered=not block_sparse)):
+                sid = f"upd_{u}_{t}_{k}"
+                insns.append(lp.Assignment(
+                    lhs, rhs, id=sid, within_inames=hot,
+                    depends_on=frozenset({*deps, *init_ids, *pack_ids,
+                                          *([prev] if prev else [])})))
+                update_ids.append(sid)
+                prev = sid
+
+    lane = var("is")
+    nstore = 2 if e.reduction in INDEX_REDUCTIONS else 1
+    store_ids = [f"store_{u}_{t}_{k}" for u in range(U) for t in range(nt) for k in range(nstore)]
+    # rows of distinct stores never coincide (loopy cannot tell with data-dependent rows)
+    nosync = frozenset((sid, "any") for sid in store_ids) if block_sparse else frozenset()
+    for u in range(U):
+        r = row(u, lane)
+        for t, term in enumerate(terms):
+            acc, aux = sub("acc", u, t, lane), sub("aux", u, t, lane)
+            stores = [(out_access(form, f"out{term.row}", r, term.short), upd.result(acc, aux))]
+            if e.reduction in INDEX_REDUCTIONS:
+                stores.append((out_access(form, f"out{term.row}_index", r, term.short), aux))
+            for k, (lhs, rhs) in enumerate(stores):
+                sid = f"store_{u}_{t}_{k}"
+                insns.append(lp.Assignment(
+                    lhs, rhs, id=sid, within_inames=frozenset({"io", "is"}),
+                    depends_on=frozenset({*update_ids, *init_ids, *setup}),
+                    no_sync_with=frozenset(x for x in nosync if x[0] != sid),
+                    predicates=frozenset({prim.Comparison(r, "<", end)})))
+
+    params = [str(s) for s in (form.m, form.n) if isinstance(s, str)]
+    pre = "[" + ", ".join(dict.fromkeys(params)) + "] -> " if params else ""
+    lanes = f"{{[ii, is]: 0 <= ii < {V} and 0 <= is < {V}}}"
+    args = reference_args(e)
+    if block_sparse:
+        domains = [
+            "[nblocks] -> {[io]: 0 <= io < nblocks}",
+            "[sstart, send] -> {[s]: sstart <= s < send}",
+            "[jstart, jend] -> {[j]: jstart <= j < jend}",
+            lanes,
+        ]
+        args += [*range_args(),
+                 lp.GlobalArg("launch", RANGE_DTYPE, shape=(var("nblocks"), 3)),
+                 lp.ValueArg("nblocks", RANGE_DTYPE)]
+    else:
+        domains = [
+            f"{pre}{{[io]: 0 <= io and {U * V}*io < {form.m}}}",
+            lanes,
+            f"{pre}{{[j]: 0 <= j < {form.n}}}",
+        ]
+    knl = lp.make_kernel(
+        domains, insns, [*args, *temps], name="einsum",
+        lang_version=(2018, 2), target=lp.PyOpenCLTarget(),
+        silenced_warnings=["vectorize_failed", "read_no_write(*)", "v1_scheduler_fallback",
+                           "unused_inames", "write_race(store_*)", "iname-order"],
+    )
+    return lp.tag_inames(knl, {"io": "g.0", "ii": "vec", "is": "unr"})
+
+
+# }}}
