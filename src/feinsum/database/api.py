@@ -1,0 +1,545 @@
+"""The public API: :class:`Database`, :func:`open_database`, :func:`query`, :func:`best`.
+
+A :class:`Database` is the user's writable database plus, read-only, the records shipped
+with feinsum (``db/*.jsonl``); queries see both, writes go to the user's database only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import math
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import URL
+
+from feinsum.errors import DatabaseError
+
+from .engine import (
+    display_url,
+    ensure_schema,
+    make_engine,
+    resolve_url,
+    schema_version,
+    sqlite_path,
+)
+from .records import (
+    Answer,
+    EinsumIdentity,
+    ImportReport,
+    NewMeasurement,
+    Record,
+    Rung,
+    canonical_json,
+    einsum_identity,
+    lengths_key,
+    normalise,
+)
+from .store import Filters, Store
+
+if TYPE_CHECKING:
+    from feinsum.devices import DeviceInfo
+    from feinsum.spec import BatchedEinsum
+
+    EinsumLike = BatchedEinsum | EinsumIdentity | str
+    DeviceLike = DeviceInfo | Any
+
+ShippedSpec = bool | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+def _device_info(device: Any) -> DeviceInfo:
+    from feinsum.devices import DeviceInfo
+
+    if isinstance(device, DeviceInfo):
+        return device
+    if hasattr(device, "platform") and hasattr(device, "max_compute_units"):
+        from feinsum.devices import device_info
+
+        return device_info(device)
+    raise DatabaseError(
+        f"expected a feinsum.devices.DeviceInfo or a pyopencl.Device, not {device!r}"
+    )
+
+
+def _device_key(device: Any) -> str | None:
+    if device is None:
+        return None
+    if isinstance(device, str):
+        return device
+    return _device_info(device).key
+
+
+_RUNG_NAMES: tuple[Rung, ...] = ("exact", "nearest-lengths", "same-vendor")
+
+
+def lengths_distance(asked: Mapping[str, int], found: Mapping[str, int]) -> float:
+    """How far *found* lengths are from *asked*: the sum of abs(log2(ratio)) over the symbols
+    *asked* fixes (16 for one *found* lacks). Symbols *asked* leaves free cost nothing."""
+    d = 0.0
+    for s, v in asked.items():
+        w = found.get(s)
+        d += 16.0 if w is None else abs(math.log2(max(int(v), 1) / max(int(w), 1)))
+    return d
+
+
+def _agrees(asked: Mapping[str, int], found: Mapping[str, int]) -> bool:
+    return all(found.get(s) == v for s, v in asked.items())
+
+
+class Database:
+    """The timing database: see :func:`open_database`."""
+
+    def __init__(
+        self,
+        url: str | os.PathLike[str] | URL | None = None,
+        *,
+        readonly: bool = False,
+        include_shipped: ShippedSpec = True,
+    ) -> None:
+        self.url: URL = resolve_url(url)
+        self.where = display_url(self.url)
+        self.readonly = readonly
+        engine = make_engine(self.url, readonly=readonly)
+        try:
+            from .store import translate_errors
+
+            with translate_errors(self.where, "opening"):
+                ensure_schema(engine, readonly=readonly, where=self.where)
+        except BaseException:
+            engine.dispose()
+            raise
+        self._user = Store(engine, source="user", where=self.where, readonly=readonly)
+        self._shipped_spec: ShippedSpec = include_shipped
+        self._shipped: Store | None = None
+        self._shipped_count = 0
+        self._shipped_loaded = include_shipped is False
+        self._lock = threading.Lock()
+
+    # {{{ plumbing
+
+    @property
+    def path(self) -> Path | None:
+        """The SQLite file (None for a server database or an in-memory one)."""
+        return sqlite_path(self.url)
+
+    @property
+    def user_store(self) -> Store:
+        return self._user
+
+    @property
+    def shipped_store(self) -> Store | None:
+        """The shipped records (loaded on first use; None when there are none)."""
+        if not self._shipped_loaded:
+            with self._lock:
+                if not self._shipped_loaded:
+                    from .shipped import open_shipped, shipped_files
+
+                    store = open_shipped(shipped_files(self._shipped_spec))
+                    self._shipped_count = 0 if store is None else store.count()
+                    self._shipped = store
+                    self._shipped_loaded = True
+        return self._shipped
+
+    def _stores(self, include_shipped: bool = True) -> list[Store]:
+        shipped = self.shipped_store if include_shipped else None
+        return [self._user] if shipped is None else [self._user, shipped]
+
+    def close(self) -> None:
+        self._user.dispose()
+        if self._shipped is not None:
+            self._shipped.dispose()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        ro = ", readonly" if self.readonly else ""
+        return f"Database({self.where!r}{ro})"
+
+    def schema_version(self) -> str | None:
+        """The schema version the user's database records."""
+        from .store import translate_errors
+
+        with translate_errors(self.where, "reading the schema version"):
+            return schema_version(self._user.engine)
+
+    def revision(self) -> int:
+        """A number that changes whenever records are added (or pruned) by any process:
+        cache derived answers on it."""
+        self.shipped_store  # noqa: B018 (the shipped records count from the first call on)
+        return self._user.revision() + self._shipped_count
+
+    def count(self, status: str | None = None, *, include_shipped: bool = False) -> int:
+        """The number of measurements (with *status*, if given)."""
+        return sum(s.count(status) for s in self._stores(include_shipped))
+
+    # }}}
+
+    # {{{ writing
+
+    def add_device(self, info: DeviceInfo) -> int:
+        """Store a device (if new); returns its id in the user's database."""
+        return self._user.add_device(_device_info(info))
+
+    def set_roofline(self, info: DeviceInfo, data: Mapping[str, Any]) -> None:
+        """Store (replace) the roofline measurements of a device (JSON data)."""
+        if not isinstance(data, Mapping):
+            raise DatabaseError(f"roofline data must be a JSON object, not {data!r}")
+        self._user.set_roofline(_device_info(info), canonical_json(data))
+
+    def get_roofline(self, info: DeviceInfo) -> dict[str, Any] | None:
+        """The device's roofline data (the user's, else the shipped one), or None."""
+        key = _device_info(info).key
+        for store in self._stores():
+            data = store.get_roofline(key)
+            if data is not None:
+                return json.loads(data)  # type: ignore[no-any-return]
+        return None
+
+    def add_measurement(self, m: NewMeasurement) -> int:
+        """Store one measurement in one short transaction; returns its id."""
+        return self._user.add_measurement(normalise(m))
+
+    def add_measurements(self, ms: Iterable[NewMeasurement]) -> int:
+        """Store many measurements in one transaction (all or none); returns the count."""
+        added, _ = self._user.add_measurements(normalise(m) for m in ms)
+        return added
+
+    # }}}
+
+    # {{{ reading
+
+    def measured_params(
+        self,
+        einsum: BatchedEinsum | EinsumIdentity,
+        device: DeviceInfo,
+        recipe_name: str,
+        recipe_version: str,
+        lengths: Mapping[str, int] | None = None,
+    ) -> set[str]:
+        """Canonical JSON (:func:`params_key`) of every parameter assignment of this recipe
+        version already measured (whatever the outcome) for this einsum at these lengths
+        (default: the lengths the einsum fixes) on this device, in the user's database or
+        the shipped records."""
+        ident = einsum_identity(einsum)
+        lk = lengths_key(ident.lengths if lengths is None else lengths)
+        dkey = _device_info(device).key
+        out: set[str] = set()
+        for store in self._stores():
+            out |= store.measured_params(
+                ident.canonical_key, dkey, (recipe_name, recipe_version), lk
+            )
+        return out
+
+    def query(
+        self,
+        einsum: EinsumLike | None = None,
+        device: DeviceLike | str | None = None,
+        *,
+        recipe: str | tuple[str, str] | None = None,
+        recipe_versions: Mapping[str, str] | None = None,
+        status: str | Sequence[str] | None = "ok",
+        lengths: Mapping[str, int] | None = None,
+        loopy_version: str | None = None,
+        pyopencl_version: str | None = None,
+        feinsum_version: str | None = None,
+        driver_version: str | None = None,
+        max_age: _dt.timedelta | None = None,
+        limit: int | None = None,
+        include_shipped: bool = True,
+    ) -> list[Record]:
+        """Records of *einsum* (by canonical key: every length it was timed at unless
+        *lengths* is given) on *device*, fastest first (median time). See :func:`query`."""
+        key: str | None
+        if einsum is None:
+            key = None
+        elif isinstance(einsum, str):
+            key = einsum
+        else:
+            key = einsum_identity(einsum).canonical_key
+        filters = Filters(
+            recipe=recipe, recipe_versions=recipe_versions, status=status,
+            loopy_version=loopy_version, pyopencl_version=pyopencl_version,
+            feinsum_version=feinsum_version, driver_version=driver_version, max_age=max_age,
+            lengths_key=None if lengths is None else lengths_key(lengths),
+        )
+        dkey = _device_key(device)
+        records: list[Record] = []
+        seen: set[str] = set()
+        for store in self._stores(include_shipped):
+            for r in store.query(key, dkey, filters, limit):
+                if r.uid not in seen:  # the user's copy of a shipped record wins
+                    seen.add(r.uid)
+                    records.append(r)
+        if len(self._stores(include_shipped)) > 1:
+            records.sort(key=lambda r: (r.median_time is None, r.median_time or 0.0,
+                                        r.source != "user", r.id))
+        return records if limit is None else records[:limit]
+
+    def best(
+        self,
+        einsum: EinsumLike,
+        device: DeviceLike,
+        *,
+        lengths: Mapping[str, int] | None = None,
+        recipe: str | tuple[str, str] | None = None,
+        recipe_versions: Mapping[str, str] | None = None,
+        loopy_version: str | None = None,
+        pyopencl_version: str | None = None,
+        max_age: _dt.timedelta | None = None,
+    ) -> Answer:
+        """The fastest record for *einsum* on *device*, down the fallback chain; see
+        :func:`best`."""
+        ident = self._identity_for_best(einsum)
+        info = _device_info(device)
+        asked = dict(ident.lengths if lengths is None else lengths)
+        lengths_key(asked)  # validates
+        if ident.structure_key == "":
+            return Answer("default", None, ident.canonical_key, asked)
+        filters = Filters(
+            recipe=recipe, recipe_versions=recipe_versions, status="ok",
+            loopy_version=loopy_version, pyopencl_version=pyopencl_version, max_age=max_age,
+        )
+        stores = self._stores()
+        with contextlib.ExitStack() as stack:
+            conns = [stack.enter_context(st.reading("finding the best record")) for st in stores]
+            # (rung, sort key, store index, (einsum id, device id, lengths key), distance)
+            cands: list[tuple[int, tuple[Any, ...], int, tuple[int, int, str], float]] = []
+            ems_of: list[dict[int, str] | None] = [None] * len(stores)
+
+            def structure_mates(si: int) -> dict[int, str]:
+                found = ems_of[si]
+                if found is None:
+                    found = ems_of[si] = stores[si].structure_einsums(
+                        conns[si], ident.structure_key
+                    )
+                return found
+
+            for si, (store, conn) in enumerate(zip(stores, conns, strict=True)):
+                did = store.lookup_id(conn, "device", info.key)
+                if did is None:
+                    continue
+                ems = structure_mates(si)
+                for d, e, lk, mm in store.groups(conn, list(ems), [did], filters):
+                    found = json.loads(lk)
+                    same = ems[e] == ident.canonical_key
+                    if same and _agrees(asked, found):
+                        cands.append((0, (mm,), si, (e, d, lk), 0.0))
+                    else:
+                        dist = lengths_distance(asked, found)
+                        cands.append((1, (not same, dist, mm), si, (e, d, lk), dist))
+            if not cands:
+                for si, (store, conn) in enumerate(zip(stores, conns, strict=True)):
+                    devices = store.vendor_devices(conn, info.vendor, info.device_type,
+                                                   info.key)
+                    if not devices:
+                        continue
+                    ems = structure_mates(si)
+                    for d, e, lk, mm in store.groups(conn, list(ems), list(devices), filters):
+                        found = json.loads(lk)
+                        same = ems[e] == ident.canonical_key
+                        dist = lengths_distance(asked, found)
+                        other_name = devices[d][1] != info.name
+                        cands.append(
+                            (2, (not same, other_name, dist, mm), si, (e, d, lk), dist)
+                        )
+            for rung, _, si, (e, d, lk), dist in sorted(cands, key=lambda c: c[:3]):
+                record = stores[si].fastest(conns[si], e, d, lk, filters)
+                if record is not None:
+                    return Answer(_RUNG_NAMES[rung], record, ident.canonical_key, asked,
+                                  distance=dist)
+        return Answer("default", None, ident.canonical_key, asked)
+
+    def _identity_for_best(self, einsum: EinsumLike) -> EinsumIdentity:
+        if not isinstance(einsum, str):
+            return einsum_identity(einsum)
+        import sqlalchemy as sa
+
+        from .models import Einsum
+
+        for store in self._stores():
+            with store.reading("looking up an einsum") as conn:
+                sk = conn.execute(
+                    sa.select(Einsum.structure_key).where(Einsum.canonical_key == einsum)
+                ).scalar()
+            if sk is not None:
+                return EinsumIdentity(canonical_key=einsum, structure_key=sk)
+        return EinsumIdentity(canonical_key=einsum, structure_key="")
+
+    # }}}
+
+    # {{{ sharing
+
+    def export(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        device: DeviceLike | str | None = None,
+        status: str | Sequence[str] | None = None,
+        recipe: str | tuple[str, str] | None = None,
+    ) -> int:
+        """Write the user's records (optionally only those on *device*, with *status*, of
+        *recipe*) to a JSON-lines file (gzip if it ends in ``.gz``); returns the number of
+        measurements written. See :mod:`feinsum.database.sharing` for the format."""
+        import sqlalchemy as sa
+
+        from .models import Device, Measurement
+        from .sharing import export_file
+
+        conds = Filters(recipe=recipe, status=status).conditions(joined=False)
+        dkey = _device_key(device)
+        if dkey is not None:
+            conds.append(
+                Measurement.device_id.in_(sa.select(Device.id).where(Device.key == dkey))
+            )
+        return export_file(self._user, path, conds)
+
+    def import_file(self, path: str | os.PathLike[str]) -> ImportReport:
+        """Import a JSON-lines export (checked completely first; one transaction; records
+        already present are skipped, so importing twice adds nothing)."""
+        from .sharing import import_file
+
+        return import_file(self._user, path)
+
+    def merge(self, other: Database | str | os.PathLike[str] | URL) -> ImportReport:
+        """Add every record of *other* (a :class:`Database`, a database path or URL, or a
+        JSON-lines export) that this database lacks; merging twice adds nothing."""
+        from .sharing import import_store
+
+        if isinstance(other, Database):
+            return import_store(self._user, other._user)
+        if isinstance(other, (str, os.PathLike)):
+            p = Path(other)
+            if p.is_file() and not _is_sqlite(p):
+                return self.import_file(p)
+        with Database(other, readonly=True, include_shipped=False) as db:
+            return import_store(self._user, db._user)
+
+    def prune(
+        self,
+        *,
+        older_than: _dt.timedelta | _dt.datetime | None = None,
+        loopy_below: str | None = None,
+        pyopencl_below: str | None = None,
+        feinsum_below: str | None = None,
+        recipe_versions: Mapping[str, str] | None = None,
+        status: str | Sequence[str] | None = None,
+        dry_run: bool = False,
+    ) -> int:
+        """Delete stale measurements from the user's database: those measured before
+        *older_than* (an age or a time), with loopy/pyopencl/feinsum older than the given
+        versions, or with a recipe version other than the current one in
+        *recipe_versions* ({name: current version}) — any of these; restricted to *status*
+        when given. Returns how many were (with *dry_run*: would be) deleted."""
+        from .sharing import prune_conditions
+
+        conds = prune_conditions(
+            self._user, older_than=older_than, loopy_below=loopy_below,
+            pyopencl_below=pyopencl_below, feinsum_below=feinsum_below,
+            recipe_versions=recipe_versions, status=status,
+        )
+        return self._user.delete_measurements(conds, dry_run=dry_run)
+
+    # }}}
+
+
+def _is_sqlite(p: Path) -> bool:
+    try:
+        with open(p, "rb") as f:
+            return f.read(16).startswith(b"SQLite format 3")
+    except OSError:
+        return False
+
+
+def open_database(
+    url: str | os.PathLike[str] | URL | None = None,
+    *,
+    readonly: bool = False,
+    include_shipped: ShippedSpec = True,
+) -> Database:
+    """Open (creating or upgrading if needed) the timing database.
+
+    *url*: a SQLite file path or any SQLAlchemy URL (``postgresql+psycopg://...``); None:
+    ``$FEINSUM_DB``, else ``platformdirs.user_data_dir("feinsum")/feinsum.sqlite``.
+    *readonly*: never write (an older schema is then an error naming the upgrade command).
+    *include_shipped*: also see the records shipped with feinsum (True), none (False), or
+    those in the given export files/directories.
+
+    Raises :class:`feinsum.DatabaseError` for a foreign, corrupt, truncated or newer
+    database."""
+    return Database(url, readonly=readonly, include_shipped=include_shipped)
+
+
+_DEFAULTS: dict[str, Database] = {}
+_DEFAULTS_LOCK = threading.Lock()
+
+
+def _resolve_db(db: Database | str | os.PathLike[str] | URL | None) -> Database:
+    if isinstance(db, Database):
+        return db
+    key = display_url(resolve_url(db)) + f"#{os.getpid()}"
+    with _DEFAULTS_LOCK:
+        found = _DEFAULTS.get(key)
+        if found is None:
+            found = _DEFAULTS[key] = Database(db)
+        return found
+
+
+def query(
+    einsum: EinsumLike | None,
+    device: DeviceLike | str | None = None,
+    db: Database | str | os.PathLike[str] | None = None,
+    *,
+    recipe: str | tuple[str, str] | None = None,
+    status: str | Sequence[str] | None = "ok",
+    loopy_version: str | None = None,
+    pyopencl_version: str | None = None,
+    driver_version: str | None = None,
+    max_age: _dt.timedelta | None = None,
+    limit: int | None = None,
+    **kwargs: Any,
+) -> list[Record]:
+    """The records of *einsum* (same canonical key) on *device* (any device if None),
+    fastest first.
+
+    Filters: *recipe* (a name or ``(name, version)``), *status* (``"ok"`` by default; a
+    list, or None for all), library versions, *driver_version*, *max_age* (a timedelta),
+    *limit*; also ``lengths=`` (only records timed at these canonical lengths),
+    ``recipe_versions=`` ({name: version}), ``feinsum_version=``,
+    ``include_shipped=``. *db*: a :class:`Database`, a path/URL, or None for the default
+    database."""
+    return _resolve_db(db).query(
+        einsum, device, recipe=recipe, status=status, loopy_version=loopy_version,
+        pyopencl_version=pyopencl_version, driver_version=driver_version, max_age=max_age,
+        limit=limit, **kwargs,
+    )
+
+
+def best(
+    einsum: EinsumLike,
+    device: DeviceLike,
+    db: Database | str | os.PathLike[str] | None = None,
+    **kwargs: Any,
+) -> Answer:
+    """The fastest known configuration for *einsum* on *device*, down the fallback chain:
+
+    1. ``"exact"``: this canonical einsum at the lengths it fixes, on this device;
+    2. ``"nearest-lengths"``: this device, same ``structure_key``, the nearest lengths
+       (same canonical key first, then the smallest sum of abs(log2(length ratio)));
+    3. ``"same-vendor"``: another device of the same vendor and device type (same device
+       name first, then nearest lengths);
+    4. ``"default"``: nothing known: ``Answer.record``/``recipe``/``params`` are None and
+       the caller applies its recipe's heuristic default.
+
+    Only ``ok`` records count. Keyword filters: ``lengths=``, ``recipe=``,
+    ``recipe_versions=`` ({name: current version}: ignore records of other versions),
+    ``loopy_version=``, ``pyopencl_version=``, ``max_age=``."""
+    return _resolve_db(db).best(einsum, device, **kwargs)

@@ -1,0 +1,444 @@
+"""What callers hand the database and what they get back: frozen dataclasses, JSON helpers.
+
+This module imports neither SQLAlchemy nor loopy.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import hashlib
+import json
+import math
+import socket
+import statistics
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from feinsum.errors import DatabaseError
+
+if TYPE_CHECKING:
+    from feinsum.devices import DeviceInfo
+    from feinsum.spec import BatchedEinsum
+
+Status: TypeAlias = Literal["ok", "invalid", "compile-error", "runtime-error", "timeout",
+                            "wrong-result"]
+#: Every status a measurement can have.
+STATUSES: tuple[str, ...] = ("ok", "invalid", "compile-error", "runtime-error", "timeout",
+                             "wrong-result")
+Rung: TypeAlias = Literal["exact", "nearest-lengths", "same-vendor", "default"]
+#: The fallback chain of :func:`feinsum.database.best`, in order.
+RUNGS: tuple[str, ...] = ("exact", "nearest-lengths", "same-vendor", "default")
+
+
+# {{{ JSON
+
+
+def canonical_json(value: Any) -> str:
+    """The canonical JSON text of *value* (sorted keys, no spaces, ASCII), as stored.
+
+    Raises :class:`DatabaseError` for anything JSON cannot hold exactly (objects,
+    non-string keys, NaN/infinity)."""
+    try:
+        return json.dumps(
+            _plain(value), sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+            allow_nan=False,
+        )
+    except (TypeError, ValueError) as exc:
+        raise DatabaseError(f"not storable as JSON: {value!r} ({exc})") from exc
+
+
+def _plain(value: Any) -> Any:
+    """Tuples to lists and numpy scalars to Python numbers; refuse everything else."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise TypeError(f"JSON object keys must be strings, not {k!r}")
+            out[k] = _plain(v)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    # numpy scalars (np.int64, np.float32, np.bool_) without importing numpy
+    item = getattr(value, "item", None)
+    if callable(item) and type(value).__module__ == "numpy":
+        return _plain(item())
+    raise TypeError(f"{type(value).__name__} is not JSON data")
+
+
+def params_key(params: Mapping[str, Any]) -> str:
+    """The canonical JSON of a parameter assignment: what
+    :meth:`~feinsum.database.Database.measured_params` returns for it."""
+    if not isinstance(params, Mapping):
+        raise DatabaseError(f"parameters must be a JSON object (a dict), not {params!r}")
+    return canonical_json(params)
+
+
+def lengths_key(lengths: Mapping[str, int]) -> str:
+    """The canonical JSON of a lengths assignment (symbol -> positive int)."""
+    out: dict[str, int] = {}
+    for k, v in lengths.items():
+        if not isinstance(k, str) or isinstance(v, bool):
+            raise DatabaseError(f"lengths must map symbol names to integers: {dict(lengths)!r}")
+        try:
+            iv = int(v)
+        except (TypeError, ValueError) as exc:
+            raise DatabaseError(f"length {k}={v!r} is not an integer") from exc
+        if iv != v or iv < 0:
+            raise DatabaseError(f"length {k}={v!r} is not a non-negative integer")
+        out[k] = iv
+    return canonical_json(out)
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# }}}
+
+
+# {{{ einsum identity
+
+
+@dataclass(frozen=True)
+class EinsumIdentity:
+    """What the database keeps of a batched einsum: its keys, text, JSON spec (of the
+    canonical spec) and the canonical lengths it fixes (symbols it leaves free are absent).
+
+    :func:`einsum_identity` computes it from a :class:`feinsum.BatchedEinsum`; callers that
+    already have the keys (imports, benchmarks) may build one directly."""
+
+    canonical_key: str
+    structure_key: str
+    canonical_text: str = ""
+    spec_json: str = "{}"
+    lengths: Mapping[str, int] = field(default_factory=dict)
+
+
+@functools.lru_cache(maxsize=4096)
+def _identity_cached(e: BatchedEinsum) -> EinsumIdentity:
+    return _identity(e)
+
+
+def _identity(e: BatchedEinsum) -> EinsumIdentity:
+    from feinsum.canonical import (
+        canonical_key,
+        canonical_lengths,
+        canonical_text,
+        canonicalize,
+        structure_key,
+    )
+    from feinsum.serialize import spec_to_json
+
+    spec: Any = spec_to_json(canonicalize(e))
+    return EinsumIdentity(
+        canonical_key=canonical_key(e),
+        structure_key=structure_key(e),
+        canonical_text=canonical_text(e),
+        spec_json=spec if isinstance(spec, str) else canonical_json(spec),
+        lengths=dict(canonical_lengths(e)),
+    )
+
+
+def einsum_identity(einsum: BatchedEinsum | EinsumIdentity) -> EinsumIdentity:
+    """The :class:`EinsumIdentity` of *einsum* (cached per spec)."""
+    if isinstance(einsum, EinsumIdentity):
+        return einsum
+    try:
+        return _identity_cached(einsum)
+    except TypeError:  # unhashable (a spec holding unhashable metadata)
+        return _identity(einsum)
+
+
+# }}}
+
+
+# {{{ measurements in
+
+
+@functools.cache
+def library_versions() -> dict[str, str | None]:
+    """Installed versions of loopy, pyopencl and feinsum (without importing loopy)."""
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for dist in ("loopy", "pyopencl"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    import feinsum
+
+    out["feinsum"] = feinsum.__version__
+    return out
+
+
+@functools.cache
+def hostname() -> str:
+    return socket.gethostname()
+
+
+def _finite(name: str, value: Any, *, allow_none: bool = True) -> float | None:
+    if value is None:
+        if allow_none:
+            return None
+        raise DatabaseError(f"{name} is required")
+    try:
+        f = float(value)
+    except (TypeError, ValueError) as exc:
+        raise DatabaseError(f"{name}={value!r} is not a number") from exc
+    if not math.isfinite(f):
+        raise DatabaseError(f"{name}={value!r} is not finite")
+    return f
+
+
+@dataclass(frozen=True)
+class NewMeasurement:
+    """One measurement to store with :meth:`Database.add_measurement`.
+
+    Timing summaries (``min_time``, ``median_time``, ``spread``) are computed from
+    ``samples`` when not given; ``gflops`` from ``flops`` and the median; ``lengths``
+    defaults to the lengths the einsum fixes; library versions, host and timestamps are
+    filled in automatically. A failed measurement (any status but ``"ok"``) may have no
+    samples. ``validation_error`` may be ``inf``/``nan`` (a wrong result); it is stored as
+    ``inf``.
+    """
+
+    einsum: BatchedEinsum | EinsumIdentity
+    device: DeviceInfo
+    recipe_name: str
+    recipe_version: str
+    params: Mapping[str, Any]
+    status: str = "ok"
+    lengths: Mapping[str, int] | None = None
+    samples: Sequence[float] = ()
+    min_time: float | None = None
+    median_time: float | None = None
+    spread: float | None = None
+    flops: float | None = None
+    bytes: float | None = None
+    gflops: float | None = None
+    validation_error: float | None = None
+    message: str | None = None
+    tiles_kept_fraction: float | None = None
+    host: str | None = None
+    loopy_version: str | None = None
+    pyopencl_version: str | None = None
+    feinsum_version: str | None = None
+    started_at: _dt.datetime | None = None
+    measured_at: _dt.datetime | None = None
+    #: A unique identity (a random one when None); kept through export/import.
+    uid: str | None = None
+
+
+@dataclass(frozen=True)
+class MeasurementRow:
+    """A validated, normalised :class:`NewMeasurement`, ready to insert (internal)."""
+
+    identity: EinsumIdentity
+    device: DeviceInfo
+    recipe_name: str
+    recipe_version: str
+    params_json: str
+    lengths_key: str
+    values: dict[str, Any]
+
+
+def _validate_uid(uid: str) -> str:
+    if not isinstance(uid, str) or not (1 <= len(uid) <= 32) or not uid.isascii() or not all(
+        c.isalnum() or c in "-_" for c in uid
+    ):
+        raise DatabaseError(f"invalid measurement uid {uid!r} (1-32 letters, digits, - or _)")
+    return uid
+
+
+def normalise(m: NewMeasurement) -> MeasurementRow:
+    """Check *m* and compute what it leaves out (summaries, versions, timestamps)."""
+    if m.status not in STATUSES:
+        raise DatabaseError(f"unknown status {m.status!r}; one of {', '.join(STATUSES)}")
+    for name in ("recipe_name", "recipe_version"):
+        v = getattr(m, name)
+        if not isinstance(v, str) or not v or len(v) > 255:
+            raise DatabaseError(f"{name} must be a non-empty string (<= 255 chars), not {v!r}")
+    identity = einsum_identity(m.einsum)
+    lengths = identity.lengths if m.lengths is None else m.lengths
+    samples = [_finite("sample", s, allow_none=False) for s in m.samples]
+    if any(s is not None and s < 0 for s in samples):
+        raise DatabaseError("negative timing sample")
+    min_time = _finite("min_time", m.min_time)
+    median_time = _finite("median_time", m.median_time)
+    spread = _finite("spread", m.spread)
+    if samples:
+        fs = [float(s) for s in samples if s is not None]
+        min_time = min(fs) if min_time is None else min_time
+        median_time = statistics.median(fs) if median_time is None else median_time
+        if spread is None and median_time:
+            spread = (max(fs) - min(fs)) / median_time
+    if m.status == "ok" and median_time is None:
+        raise DatabaseError("an 'ok' measurement needs samples or a median_time")
+    flops = _finite("flops", m.flops)
+    gflops = _finite("gflops", m.gflops)
+    if gflops is None and flops is not None and median_time:
+        gflops = flops / median_time * 1e-9
+    verr = m.validation_error
+    if verr is not None:
+        verr = float(verr)
+        if math.isnan(verr):
+            verr = math.inf
+    tiles = _finite("tiles_kept_fraction", m.tiles_kept_fraction)
+    versions = library_versions()
+    now = _dt.datetime.now(_dt.UTC)
+    values: dict[str, Any] = {
+        "uid": _validate_uid(m.uid) if m.uid is not None else uuid.uuid4().hex,
+        "status": m.status,
+        "sample_count": len(samples),
+        "samples_json": canonical_json(samples),
+        "min_time": min_time,
+        "median_time": median_time,
+        "spread": spread,
+        "flops": flops,
+        "bytes": _finite("bytes", m.bytes),
+        "gflops": gflops,
+        "validation_error": verr,
+        "message": None if m.message is None else str(m.message),
+        "tiles_kept_fraction": tiles,
+        "host": (m.host if m.host is not None else hostname())[:255],
+        "loopy_version": m.loopy_version if m.loopy_version is not None else versions["loopy"],
+        "pyopencl_version": (
+            m.pyopencl_version if m.pyopencl_version is not None else versions["pyopencl"]
+        ),
+        "feinsum_version": (
+            m.feinsum_version if m.feinsum_version is not None else versions["feinsum"]
+        ),
+        "started_at": m.started_at,
+        "measured_at": m.measured_at if m.measured_at is not None else now,
+    }
+    return MeasurementRow(
+        identity=identity,
+        device=m.device,
+        recipe_name=m.recipe_name,
+        recipe_version=m.recipe_version,
+        params_json=params_key(m.params),
+        lengths_key=lengths_key(lengths),
+        values=values,
+    )
+
+
+# }}}
+
+
+# {{{ records out
+
+
+@dataclass(frozen=True)
+class Record:
+    """One stored measurement, as :func:`query` and :func:`best` return it."""
+
+    id: int
+    uid: str
+    #: "user" (the writable database) or "shipped" (the records in feinsum's ``db/``).
+    source: str
+    canonical_key: str
+    structure_key: str
+    lengths: Mapping[str, int]
+    device_key: str
+    device_name: str
+    device_vendor: str
+    device_type: str
+    driver_version: str
+    platform_name: str
+    recipe_name: str
+    recipe_version: str
+    params: Mapping[str, Any]
+    status: str
+    samples: tuple[float, ...]
+    sample_count: int
+    min_time: float | None
+    median_time: float | None
+    spread: float | None
+    flops: float | None
+    bytes: float | None
+    gflops: float | None
+    validation_error: float | None
+    message: str | None
+    tiles_kept_fraction: float | None
+    host: str | None
+    loopy_version: str | None
+    pyopencl_version: str | None
+    feinsum_version: str | None
+    started_at: _dt.datetime | None
+    measured_at: _dt.datetime
+
+    @property
+    def params_key(self) -> str:
+        return params_key(self.params)
+
+    def __repr__(self) -> str:
+        t = "-" if self.median_time is None else f"{self.median_time:.3g}s"
+        return (
+            f"Record({self.source}#{self.id}, {self.canonical_key}, {dict(self.lengths)}, "
+            f"{self.device_name!r}, {self.recipe_name}@{self.recipe_version[:8]}, "
+            f"{self.params_key}, {self.status}, median={t})"
+        )
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What :func:`best` found, and on which rung of the fallback chain.
+
+    ``rung`` is ``"exact"`` (this einsum at these lengths on this device),
+    ``"nearest-lengths"`` (this device, same structure, nearest lengths),
+    ``"same-vendor"`` (another device of the same vendor and type) or ``"default"`` (no
+    record: the caller applies its recipe's heuristic default; ``record``, ``recipe`` and
+    ``params`` are then None)."""
+
+    rung: Rung
+    record: Record | None
+    canonical_key: str
+    lengths: Mapping[str, int]
+    #: How far the record's lengths are from the asked ones (sum of abs(log2(ratio))).
+    distance: float | None = None
+
+    @property
+    def recipe(self) -> str | None:
+        return None if self.record is None else self.record.recipe_name
+
+    @property
+    def recipe_version(self) -> str | None:
+        return None if self.record is None else self.record.recipe_version
+
+    @property
+    def params(self) -> Mapping[str, Any] | None:
+        return None if self.record is None else self.record.params
+
+    @property
+    def is_default(self) -> bool:
+        return self.rung == "default"
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """What an import or merge did."""
+
+    added: int = 0
+    skipped: int = 0
+    devices: int = 0
+    einsums: int = 0
+    rooflines: int = 0
+
+    def __str__(self) -> str:
+        return (
+            f"{self.added} measurements added, {self.skipped} already present; "
+            f"{self.devices} devices, {self.einsums} einsums, {self.rooflines} rooflines read"
+        )
+
+
+# }}}
