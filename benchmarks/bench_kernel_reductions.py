@@ -123,7 +123,7 @@ class Runner:
         from feinsum.recipes import load_recipe_file
 
         self.recipes = {n: load_recipe_file(ROOT / "transforms" / f"{n}.py")
-                        for n in ("kernel_vec_cpu", "tiled_1d")}
+                        for n in ("kernel_vec_cpu", "tiled_1d", "block_sparse")}
 
     def executor(self, t_unit: Any) -> Any:
         import loopy as lp
@@ -198,12 +198,73 @@ def keops_args(name: str, a: dict[str, Any]) -> list[Any]:
     return args
 
 
+def spiral_and_blob(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    t = (0.15 + rng.random(n)) * 4 * np.pi
+    x = np.stack([t * np.cos(t), t * np.sin(t), 0.3 * np.sin(3 * t)], 1) / (4 * np.pi)
+    x = x + 0.01 * rng.standard_normal((n, 3))
+    y = 0.25 * rng.standard_normal((n, 3))
+    return x.astype(DT), y.astype(DT)
+
+
+def block_sparse_bench(runner: Runner, n: int, rng: np.random.Generator) -> None:
+    """Two clustered clouds, voxel clusters, pairs of clusters closer than a cutoff."""
+    from dataclasses import replace
+
+    from feinsum import ranges as R
+
+    s = 0.05
+    print(f"\n== block-sparse Gaussian convolution: spiral and blob, {n} points each, s = {s}")
+    x, y = spiral_and_blob(n, rng)
+    b = rng.random(n, dtype=DT)
+    e = kernel_reduction("exp(-sqdist(x, y) * g) * b", i_vars={"x": 3},
+                         j_vars={"y": 3, "b": 1}, params={"g": 1}, dtype=DT, block_sparse=True)
+    dense_e = replace(e, block_sparse=None)
+    g = DT(1 / (2 * s**2))
+    t0 = time.perf_counter()
+    x, lx = R.sort_clusters(x, R.grid_cluster(x, 0.05))
+    (y, b), ly = R.sort_clusters((y, b), R.grid_cluster(y, 0.05))
+    rx, cx, _ = R.cluster_ranges_centroids(x, lx)
+    ry, cy, _ = R.cluster_ranges_centroids(y, ly)
+    t_cluster = time.perf_counter() - t0
+    print(f"  clusters: {len(rx)} and {len(ry)} (voxels of 0.05), clustering {t_cluster:.3f} s")
+    dense_cfg = runner.recipes["kernel_vec_cpu"].default(dense_e, runner.info)
+    dense_ex = runner.recipe_executor("kernel_vec_cpu", dense_e, dense_cfg)
+    dev = runner.to_device({"x": x, "y": y, "b": b, "g": g})
+    t_dense, dense = runner.run(dense_ex, dev, 1)
+    dense_rate = n * n / t_dense
+    print(f"  dense: {t_dense:.3f} s ({dense_rate / 1e9:.2f} Gpairs/s), config {dense_cfg}")
+    r = runner.recipes["block_sparse"]
+    cfg = r.default(e, runner.info)
+    ex = runner.recipe_executor("block_sparse", e, cfg)
+    for cutoff in (0.1, 0.2, 0.4, 0.8):
+        t0 = time.perf_counter()
+        ci, cj = R.pairs_within(cx, cy, cutoff)
+        rg = R.from_pairs(rx, ry, ci, cj, dtype=np.int32)
+        a = {"x": x, "y": y, "b": b, "g": g, "ranges_i": rg[0], "slices_i": rg[1],
+             "redranges_j": rg[2]}
+        extra = r.prepare(e, a, cfg)
+        t_prep = time.perf_counter() - t0
+        sizes_i = (rx[:, 1] - rx[:, 0])[ci]
+        sizes_j = (ry[:, 1] - ry[:, 0])[cj]
+        pairs = float(np.sum(sizes_i.astype(np.float64) * sizes_j))
+        t_bs, got = runner.run(ex, runner.to_device({**a, **extra}), 1)
+        err = rel_err(got["out0"], dense["out0"])
+        rate = pairs / t_bs
+        print(f"  cutoff {cutoff}: tiles {ci.size} ({ci.size / (len(rx) * len(ry)):.2%}), "
+              f"pairs {pairs / n**2:.2%}, mean tile {pairs / max(ci.size, 1):.0f} pairs, "
+              f"time {t_bs:.3f} s, speed-up over dense {t_dense / t_bs:.1f}x, "
+              f"throughput {rate / dense_rate:.0%} of dense, rel.err {err:.1e}, "
+              f"preparation {t_prep:.3f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="*", default=[1000, 10_000, 100_000])
     ap.add_argument("--big", action="store_true", help="also 1e6 x 1e6 (feinsum alone)")
     ap.add_argument("--no-keops", action="store_true")
     ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--block-sparse", type=int, default=100_000, metavar="N",
+                    help="points per cloud of the block-sparse benchmark (0: skip)")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "2")
     rng = np.random.default_rng(0)
@@ -268,6 +329,8 @@ def main() -> None:
                 if isinstance(line.get(peer), float):
                     print(f"    feinsum vs {peer}: {line[peer] / t_fe:.1f}x faster")
     print("\nconfigurations are the best of kernel_vec_cpu's space at N = 1e4 in this run")
+    if args.block_sparse and (not args.only or "block_sparse" in args.only):
+        block_sparse_bench(runner, args.block_sparse, rng)
 
 
 if __name__ == "__main__":

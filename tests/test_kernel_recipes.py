@@ -92,6 +92,7 @@ CONFIGS = {
     "kernel_vec_cpu": [{"V": 8, "U": 2, "denorms_are_zero": False},
                        {"V": 16, "U": 1, "denorms_are_zero": True}],
     "tiled_1d": [{"K": 16, "unroll": True, "denorms_are_zero": False}],
+    "tiled_2d": [{"V": 8, "U": 2, "nsplit": 4, "denorms_are_zero": False}],
 }
 
 
@@ -102,3 +103,26 @@ CONFIGS = {
                              f"{k}{int(x)}" for k, x in v.items()))
 def test_recipe_matches_evaluate(name, params, kind, dtype, cl_context, cl_queue, rng):  # type: ignore[no-untyped-def]
     check(name, params, kind, dtype, cl_context, cl_queue, rng)
+
+
+@pytest.mark.parametrize("name,params", [
+    ("kernel_vec_cpu", {"V": 8, "U": 1, "denorms_are_zero": False}),
+    ("tiled_1d", {"K": 16, "unroll": False, "denorms_are_zero": False}),
+    ("tiled_2d", {"V": 4, "U": 1, "nsplit": 2, "denorms_are_zero": False}),
+])
+@pytest.mark.parametrize("kind", ["sum_cols", "argmin"])
+def test_recipes_on_canonical_spec(name, params, kind, cl_context, cl_queue, rng):  # type: ignore[no-untyped-def]
+    """Recipes receive the canonical spec (indices i0.., arrays a0.., lengths n0..)."""
+    import loopy as lp
+
+    from feinsum.devices import device_info
+
+    e = make_spec(kind, np.dtype(np.float32))
+    ec = feinsum.canonicalize(e)
+    iso = feinsum.isomorphism(e, ec)
+    t = recipe(name).apply(feinsum.generate_loopy(ec), params, ec, device_info(cl_context.devices[0]))
+    ex = lp.set_options(t, return_dict=True).executor(cl_context)
+    arrays = make_arrays(e, 29, 41, rng)
+    _, got = ex(cl_queue, **{iso.arrays[k]: v for k, v in arrays.items()})
+    for key, want in feinsum.evaluate(e, arrays).items():
+        np.testing.assert_allclose(got[key], want, rtol=2e-5, atol=2e-5)

@@ -98,7 +98,7 @@ def build(e: Any, K: int, unroll: bool = False) -> lp.TranslationUnit:
             return kt.sub(f"{name}_l", jj, kt.flat_short(j_names[name], idx))
         return None
 
-    rw = kt.Rewriter(rewrite)
+    rw = kt.Rewriter(rewrite, {form.i: row, form.j: jrow})
     terms = kt.row_terms(form)
     nt = len(terms)
     temps.append(lp.TemporaryVariable("acc", form.dtype, shape=(nt,), address_space=priv))

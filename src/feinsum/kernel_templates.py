@@ -467,18 +467,23 @@ def out_access(form: Form, name: str, row_expr: Any, short: Sequence[Any]) -> An
 
 class Rewriter:
     """Rewrites array accesses of factor expressions: ``fn(name, index_tuple)`` returns a
-    replacement or ``None`` (keep)."""
+    replacement or ``None`` (keep); ``variables`` maps index names to expressions (the
+    spec's ``i`` and ``j`` to the template's row and reduction expressions)."""
 
-    def __init__(self, fn: Any) -> None:
+    def __init__(self, fn: Any, variables: dict[str, Any] | None = None) -> None:
         from loopy.symbolic import IdentityMapper
 
         outer = fn
+        names = dict(variables or {})
 
         class M(IdentityMapper):  # type: ignore[misc]
             def map_subscript(self, expr: prim.Subscript) -> Any:
                 idx = tuple(self.rec(i) for i in expr.index_tuple)
                 new = outer(expr.aggregate.name, idx)
                 return new if new is not None else prim.Subscript(expr.aggregate, idx)
+
+            def map_variable(self, expr: prim.Variable) -> Any:
+                return names.get(expr.name, expr)
 
         self.mapper = M()
 
@@ -535,7 +540,8 @@ def short_index(a: Array, flat: int, long_idx: Any) -> tuple[Any, ...]:
 # {{{ the CPU vector-layout kernel (kernel_vec_cpu, block_sparse recipes)
 
 
-def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False) -> Any:
+def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
+               nsplit: int = 1) -> Any:
     """The CPU vector-layout kernel (``transforms/kernel_vec_cpu.py``): each work-item owns
     ``U`` vectors of ``V`` consecutive output rows, i-variables packed into private
     vectors (rows past the end repeat the last row and are not stored), j-variables
@@ -546,18 +552,28 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False) 
     :func:`feinsum.block_sparse.launch_table`) and reduces over the cluster's ranges
     ``redranges_j[slices_i[k-1]:slices_i[k]]`` (none when ``k < 0``) with data-dependent
     loop bounds.
+
+    ``nsplit > 1`` (KeOps' GpuConv2D, for few rows and many terms): the reduction index
+    is dealt cyclically to ``nsplit`` work-items per row block (``j = jl*nsplit + jb``,
+    second grid axis), which write partial accumulators to a global ``(terms, M,
+    nsplit)`` buffer; after a global barrier, a second device kernel combines them
+    (:meth:`Updater.combine`) and writes the outputs.
     """
     import loopy as lp
 
     enable_vector_calls()
+    split = nsplit > 1
+    assert not (split and block_sparse)
     form = analyze(e, block_sparse=block_sparse)
     assert not isinstance(form, str), form
     upd = Updater(e.reduction, form.dtype)
-    ii, io, j = var("ii"), var("io"), var("j")
+    ii, io = var("ii"), var("io")
+    j = var("jl") * nsplit + var("jb") if split else var("j")
     i_names = {a.name: a for a in form.i_arrays}
     temps: list[Any] = []
     insns: list[Any] = []
     outer = frozenset({"io"})
+    row_inames = {"io", "jb"} if split else {"io"}
     if block_sparse:
         from feinsum.block_sparse import RANGE_DTYPE, range_args
 
@@ -604,7 +620,7 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False) 
                 insns.append(lp.Assignment(
                     sub(f"{a.name}_v", u, s, ii),
                     sub(a.name, *short_index(a, s, clamp(row(u, ii)))),
-                    id=pid, within_inames=frozenset({"io", "ii"}),
+                    id=pid, within_inames=frozenset({*row_inames, "ii"}),
                     depends_on=frozenset(setup)))
                 pack_ids.append(pid)
 
@@ -614,7 +630,8 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False) 
     if upd.needs_aux:
         aux_dt = upd.index_dtype if e.reduction in INDEX_REDUCTIONS else form.dtype
         temps.append(lp.TemporaryVariable("aux", aux_dt, shape=(U, nt, V), dim_tags="c,c,vec"))
-    hot = frozenset({"io", "s", "j", "ii"} if block_sparse else {"io", "j", "ii"})
+    hot = frozenset({"io", "s", "j", "ii"} if block_sparse else
+                    {"io", "jb", "jl", "ii"} if split else {"io", "j", "ii"})
     hot_deps = {"jstart", "jend"} if block_sparse else set()
     fac_temps: dict[Any, str] = {}
     update_ids: list[str] = []
@@ -624,14 +641,14 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False) 
             a = i_names.get(name)
             return None if a is None else sub(f"{name}_v", u, flat_short(a, idx), ii)
 
-        rewrite = Rewriter(to_vec)
+        rewrite = Rewriter(to_vec, {form.i: row(u, ii), form.j: j})
         fac_temps.clear()
         for t, term in enumerate(terms):
             acc, aux = sub("acc", u, t, ii), sub("aux", u, t, ii)
             my_inits = [f"init_{u}_{t}_{k}" for k in range(2)]
             for sid, (lhs, rhs) in zip(my_inits, upd.init(acc, aux), strict=False):
                 insns.append(lp.Assignment(lhs, rhs, id=sid,
-                                           within_inames=frozenset({"io", "ii"})))
+                                           within_inames=frozenset({*row_inames, "ii"})))
                 init_ids.append(sid)
             factors = []
             for f in term.factors:
@@ -662,7 +679,7 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False) 
                 prev = sid
 
     lane = var("is")
-    nstore = 2 if e.reduction in INDEX_REDUCTIONS else 1
+    nstore = 2 if (upd.needs_aux if split else e.reduction in INDEX_REDUCTIONS) else 1
     store_ids = [f"store_{u}_{t}_{k}" for u in range(U) for t in range(nt) for k in range(nstore)]
     # rows of distinct stores never coincide (loopy cannot tell with data-dependent rows)
     nosync = frozenset((sid, "any") for sid in store_ids) if block_sparse else frozenset()
@@ -670,16 +687,67 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False) 
         r = row(u, lane)
         for t, term in enumerate(terms):
             acc, aux = sub("acc", u, t, lane), sub("aux", u, t, lane)
-            stores = [(out_access(form, f"out{term.row}", r, term.short), upd.result(acc, aux))]
-            if e.reduction in INDEX_REDUCTIONS:
-                stores.append((out_access(form, f"out{term.row}_index", r, term.short), aux))
+            if split:  # partial accumulators, combined by the second kernel
+                stores = [(sub("part", t, r, var("jb")), acc)]
+                if upd.needs_aux:
+                    stores.append((sub("part_aux", t, r, var("jb")), aux))
+            else:
+                stores = [(out_access(form, f"out{term.row}", r, term.short),
+                           upd.result(acc, aux))]
+                if e.reduction in INDEX_REDUCTIONS:
+                    stores.append((out_access(form, f"out{term.row}_index", r, term.short),
+                                   aux))
             for k, (lhs, rhs) in enumerate(stores):
                 sid = f"store_{u}_{t}_{k}"
                 insns.append(lp.Assignment(
-                    lhs, rhs, id=sid, within_inames=frozenset({"io", "is"}),
+                    lhs, rhs, id=sid, within_inames=frozenset({*row_inames, "is"}),
                     depends_on=frozenset({*update_ids, *init_ids, *setup}),
                     no_sync_with=frozenset(x for x in nosync if x[0] != sid),
                     predicates=frozenset({prim.Comparison(r, "<", end)})))
+
+    if split:
+        # {{{ second pass: combine the nsplit partial accumulators of every row
+
+        glob = lp.AddressSpace.GLOBAL
+        mexpr = length_expr(form.m)
+        temps.append(lp.TemporaryVariable("part", form.dtype, shape=(nt, mexpr, nsplit),
+                                          address_space=glob))
+        if upd.needs_aux:
+            aux_dt = upd.index_dtype if e.reduction in INDEX_REDUCTIONS else form.dtype
+            temps.append(lp.TemporaryVariable("part_aux", aux_dt, shape=(nt, mexpr, nsplit),
+                                              address_space=glob))
+            temps.append(lp.TemporaryVariable("acc2_aux", aux_dt, shape=(nt,),
+                                              address_space=lp.AddressSpace.PRIVATE))
+        temps.append(lp.TemporaryVariable("acc2", form.dtype, shape=(nt,),
+                                          address_space=lp.AddressSpace.PRIVATE))
+        insns.append(lp.BarrierInstruction("gb", synchronization_kind="global",
+                                           depends_on=frozenset(store_ids)))
+        r2, jb2 = var("r2"), var("jb2")
+        ids2: list[str] = []
+        for t, term in enumerate(terms):
+            acc, aux = sub("acc2", t), sub("acc2_aux", t)
+            for k, (lhs, rhs) in enumerate(upd.init(acc, aux)):
+                insns.append(lp.Assignment(lhs, rhs, id=f"init2_{t}_{k}",
+                                           within_inames=frozenset({"r2"}),
+                                           depends_on=frozenset({"gb"})))
+                ids2.append(f"init2_{t}_{k}")
+            prev = None
+            for k, (lhs, rhs) in enumerate(upd.combine(acc, aux, sub("part", t, r2, jb2),
+                                                       sub("part_aux", t, r2, jb2))):
+                insns.append(lp.Assignment(
+                    lhs, rhs, id=f"comb_{t}_{k}", within_inames=frozenset({"r2", "jb2"}),
+                    depends_on=frozenset({"gb", *ids2, *([prev] if prev else [])})))
+                prev = f"comb_{t}_{k}"
+                ids2.append(prev)
+            stores = [(out_access(form, f"out{term.row}", r2, term.short), upd.result(acc, aux))]
+            if e.reduction in INDEX_REDUCTIONS:
+                stores.append((out_access(form, f"out{term.row}_index", r2, term.short), aux))
+            for k, (lhs, rhs) in enumerate(stores):
+                insns.append(lp.Assignment(lhs, rhs, id=f"out2_{t}_{k}",
+                                           within_inames=frozenset({"r2"}),
+                                           depends_on=frozenset({"gb", *ids2})))
+
+        # }}}
 
     params = [str(s) for s in (form.m, form.n) if isinstance(s, str)]
     pre = "[" + ", ".join(dict.fromkeys(params)) + "] -> " if params else ""
@@ -695,6 +763,16 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False) 
         args += [*range_args(),
                  lp.GlobalArg("launch", RANGE_DTYPE, shape=(var("nblocks"), 3)),
                  lp.ValueArg("nblocks", RANGE_DTYPE)]
+    elif split:
+        domains = [
+            f"{pre}{{[io]: 0 <= io and {U * V}*io < {form.m}}}",
+            lanes,
+            # jl's domain under jb's: work-items without terms (jb >= N) still store
+            f"{{[jb]: 0 <= jb < {nsplit}}}",
+            "[" + ", ".join(dict.fromkeys([*params, "jb"])) + "] -> "
+            f"{{[jl]: 0 <= jl and {nsplit}*jl + jb < {form.n}}}",
+            f"{pre}{{[r2, jb2]: 0 <= r2 < {form.m} and 0 <= jb2 < {nsplit}}}",
+        ]
     else:
         domains = [
             f"{pre}{{[io]: 0 <= io and {U * V}*io < {form.m}}}",
@@ -707,7 +785,10 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False) 
         silenced_warnings=["vectorize_failed", "read_no_write(*)", "v1_scheduler_fallback",
                            "unused_inames", "write_race(store_*)", "iname-order"],
     )
-    return lp.tag_inames(knl, {"io": "g.0", "ii": "vec", "is": "unr"})
+    tags = {"io": "g.0", "ii": "vec", "is": "unr"}
+    if split:
+        tags.update({"jb": "g.1", "r2": "g.0"})
+    return lp.tag_inames(knl, tags)
 
 
 # }}}

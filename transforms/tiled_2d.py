@@ -1,0 +1,53 @@
+"""tiled_2d: KeOps' GpuConv2D scheme, for few output rows and many reduction terms.
+
+With few rows the 1D schemes have too little parallel work. Here the reduction index is
+dealt cyclically to ``nsplit`` work-items per block of rows (the second grid axis:
+``j = jl*nsplit + jb``); each keeps its rows in OpenCL vectors (``V`` rows, ``U``
+vectors, as ``kernel_vec_cpu``) and writes its partial accumulators to a global
+``(terms, M, nsplit)`` buffer (never ``M x N``). After a global barrier a second device
+kernel of the same translation unit combines the partials of each row, correctly for
+every reduction kind (argmin ties by index, log-sum-exp pairs rescaled).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import loopy as lp
+
+from feinsum import kernel_templates as kt
+from feinsum.recipes import Boolean, Choice, Constraint, IntRange, ParameterSpace, PowersOfTwo, Recipe
+
+
+def _applies(e: Any, device: Any) -> str | None:
+    form = kt.analyze(e)
+    return form if isinstance(form, str) else None
+
+
+def _space(e: Any, device: Any) -> ParameterSpace:
+    form = kt.analyze(e)
+    nv = 1 if isinstance(form, str) else form.nvalues
+    return ParameterSpace(
+        V=Choice([4, 8, 16]), U=IntRange(1, 2), nsplit=PowersOfTwo(2, 256),
+        denorms_are_zero=Boolean(),
+        constraints=[Constraint(
+            "registers", lambda p: p["U"] * nv <= kt.MAX_ACCUMULATORS,
+            f"U x {nv} accumulators <= {kt.MAX_ACCUMULATORS}")],
+    )
+
+
+def _default(e: Any, device: Any) -> dict[str, Any]:
+    form = kt.analyze(e)
+    single = not isinstance(form, str) and form.dtype.itemsize == 4
+    return {"V": 16 if single else 8, "U": 1, "nsplit": 4 * max(1, device.compute_units),
+            "denorms_are_zero": single}
+
+
+def _apply(t_unit: lp.TranslationUnit, params: dict[str, Any], e: Any, device: Any
+           ) -> lp.TranslationUnit:
+    """Rows in vectors, the reduction dealt to nsplit work-items, partials combined by a
+    second kernel: KeOps' GpuConv2D."""
+    return kt.vec_kernel(e, params["V"], params["U"], nsplit=params["nsplit"])
+
+
+RECIPE = Recipe("tiled_2d", applies=_applies, space=_space, default=_default, apply=_apply)
