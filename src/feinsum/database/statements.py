@@ -5,6 +5,7 @@ decoder and the optional filters of query/best (internal)."""
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -93,10 +94,20 @@ REVISION = sa.select(ST.c.revision).where(ST.c.id == 1)
 ROOFLINE = sa.select(ROOFLINES.c.data_json).where(ROOFLINES.c.device_id == sa.bindparam("did"))
 
 
+@functools.lru_cache(maxsize=1024)
+def _lengths_items(text: str) -> tuple[tuple[str, int], ...]:
+    return tuple(json.loads(text).items())
+
+
+def _lengths(text: str) -> dict[str, int]:
+    """Lengths JSON (few distinct values, flat): parsed once, a fresh dict each time."""
+    return dict(_lengths_items(text))
+
+
 def row_to_record(row: Sequence[Any], source: str) -> Record:
     return Record(
         id=row[0], uid=row[1], source=source, canonical_key=row[2], structure_key=row[3],
-        lengths=json.loads(row[4]), device_key=row[5], device_name=row[6],
+        lengths=_lengths(row[4]), device_key=row[5], device_name=row[6],
         device_vendor=row[7], device_type=row[8], driver_version=row[9],
         platform_name=row[10], recipe_name=row[11], recipe_version=row[12],
         params=json.loads(row[13]), status=row[14], samples=tuple(json.loads(row[15])),

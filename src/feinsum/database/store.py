@@ -443,7 +443,7 @@ class Store:
                 if limit is not None:
                     stmt = stmt.limit(limit)
                 rows = conn.execute(stmt)
-            return [row_to_record(r, self.source) for r in rows]
+            return [row_to_record(r, self.source) for r in rows.all()]
 
     def measured_params(
         self, canonical_key: str, device_key: str, recipe: tuple[str, str], lengths_key: str
