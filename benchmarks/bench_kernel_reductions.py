@@ -123,7 +123,7 @@ class Runner:
         from feinsum.recipes import load_recipe_file
 
         self.recipes = {n: load_recipe_file(ROOT / "transforms" / f"{n}.py")
-                        for n in ("kernel_vec_cpu", "tiled_1d", "block_sparse")}
+                        for n in ("kernel_vec_cpu", "tiled_1d", "tiled_2d", "block_sparse")}
 
     def executor(self, t_unit: Any) -> Any:
         import loopy as lp
@@ -160,7 +160,7 @@ def tune(runner: Runner, name: str, e: Any, a: dict[str, Any], reps: int) -> tup
     best = (np.inf, None, None)
     dev = runner.to_device(a)
     for cfg in space.enumerate():
-        if not cfg["denorms_are_zero"] and DT == np.float32:
+        if not cfg["denorms_are_zero"] and np.float32 == DT:
             continue
         try:
             ex = runner.recipe_executor("kernel_vec_cpu", e, cfg)
@@ -196,6 +196,31 @@ def keops_args(name: str, a: dict[str, Any]) -> list[Any]:
         b = a["b"]
         args.append(b[:, None] if b.ndim == 1 else b)
     return args
+
+
+def few_rows_bench(runner: Runner, m: int, n: int, rng: np.random.Generator) -> None:
+    """Few rows, many terms: the best 1D configuration against the 2D scheme."""
+    print(f"\n== few rows: Gaussian convolution, M = {m}, N = {n}")
+    e = workloads()["gauss"]["spec"]
+    dev = runner.to_device(data(m, n, 1, rng, e))
+    results = {}
+    for recipe in ("kernel_vec_cpu", "tiled_1d", "tiled_2d"):
+        r = runner.recipes[recipe]
+        best = (np.inf, None)
+        for cfg in r.space(e, runner.info).enumerate():
+            if not cfg["denorms_are_zero"] or cfg.get("unroll") or (
+                    recipe == "tiled_2d" and cfg["nsplit"] > 64):
+                continue
+            try:
+                t, _ = runner.run(runner.recipe_executor(recipe, e, cfg), dev, 2)
+            except Exception as exc:
+                print(f"    {recipe} {cfg}: failed ({type(exc).__name__})")
+                continue
+            best = min(best, (t, cfg), key=lambda b: b[0])
+        results[recipe] = best
+        print(f"  best {recipe}: {best[0]:.4f} s with {best[1]}")
+    one_d = min(results["kernel_vec_cpu"][0], results["tiled_1d"][0])
+    print(f"  2D scheme vs best 1D configuration: {one_d / results['tiled_2d'][0]:.2f}x faster")
 
 
 def spiral_and_blob(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -290,7 +315,7 @@ def main() -> None:
         e = w["spec"]
         print(f"\n== {name}: {e}")
         tune_n = 10_000
-        cfg, ex = tune(runner, name, e, data(tune_n, tune_n, w["e"], rng, e), 2)
+        _, ex = tune(runner, name, e, data(tune_n, tune_n, w["e"], rng, e), 2)
         ref_ex = runner.executor(feinsum.generate_loopy(e))
         keops = keops_routine(name, *w["keops"], w["e"]) if have_keops else None
         sizes = list(args.sizes) if name == "gauss" else [s for s in args.sizes if s >= 1e5] or [
@@ -310,8 +335,8 @@ def main() -> None:
             if "out0_index" in want:
                 line["index ok"] = float(np.mean(got["out0_index"][:64] == want["out0_index"]))
             if n <= 10_000:
-                line["numpy"] = best_of(lambda a=a: numpy_tensorized(name, a), reps)
-                line["torch"] = (best_of(lambda a=a: torch_tensorized(name, a), reps)
+                line["numpy"] = best_of(lambda a=a, w=name: numpy_tensorized(w, a), reps)
+                line["torch"] = (best_of(lambda a=a, w=name: torch_tensorized(w, a), reps)
                                  if have_torch else "not installed")
                 line["loopy ref"] = runner.run(ref_ex, dev, 1)[0]
             else:
@@ -320,7 +345,7 @@ def main() -> None:
             if keops is not None and n <= 100_000:
                 kargs = keops_args(name, a)
                 keops(*kargs, backend="CPU")  # compile
-                line["pykeops cpu"] = best_of(lambda: keops(*kargs, backend="CPU"),
+                line["pykeops cpu"] = best_of(lambda k=keops, a=kargs: k(*a, backend="CPU"),
                                               3 if n <= 10_000 else 1)
             rows.append(line)
             print("  " + ", ".join(
@@ -329,6 +354,8 @@ def main() -> None:
                 if isinstance(line.get(peer), float):
                     print(f"    feinsum vs {peer}: {line[peer] / t_fe:.1f}x faster")
     print("\nconfigurations are the best of kernel_vec_cpu's space at N = 1e4 in this run")
+    if not args.only or "few_rows" in args.only:
+        few_rows_bench(runner, 16, 1_000_000, rng)
     if args.block_sparse and (not args.only or "block_sparse" in args.only):
         block_sparse_bench(runner, args.block_sparse, rng)
 

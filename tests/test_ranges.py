@@ -43,7 +43,7 @@ def test_sort_ranges_centroids(rng):  # type: ignore[no-untyped-def]
         sel = lab == k
         np.testing.assert_allclose(c[k], (x[sel] * w[sel, None]).sum(0) / w[sel].sum())
         np.testing.assert_allclose(wc[k], w[sel].sum())
-    r2, c2, n2 = R.cluster_ranges_centroids(xs, ls)
+    r2, _, n2 = R.cluster_ranges_centroids(xs, ls)
     np.testing.assert_array_equal(r2, r)
     np.testing.assert_array_equal(n2, np.bincount(lab))
     assert r.dtype == np.int64 and R.cluster_ranges(ls, dtype=np.int32).dtype == np.int32

@@ -16,7 +16,15 @@ from typing import Any
 import loopy as lp
 
 from feinsum import kernel_templates as kt
-from feinsum.recipes import Boolean, Choice, Constraint, IntRange, ParameterSpace, PowersOfTwo, Recipe
+from feinsum.recipes import (
+    Boolean,
+    Choice,
+    Constraint,
+    IntRange,
+    ParameterSpace,
+    PowersOfTwo,
+    Recipe,
+)
 
 
 def _applies(e: Any, device: Any) -> str | None:

@@ -130,7 +130,7 @@ def generate_block_sparse_loopy(e: BatchedEinsum) -> Any:
     params = list(dict.fromkeys([*e.length_symbols, *RANGE_LENGTHS]))
     pre = "[" + ", ".join(params) + "] -> "
 
-    def box(names: list[str]) -> str:
+    def box(names: list[tuple[str, str]]) -> str:
         return " and ".join(f"0 <= {k} < {lengths[o]}" for k, o in names) if names else ""
 
     fill_names = [(f"{o}_fill", o) for o in e.out_indices]
@@ -251,9 +251,11 @@ def _array_axes(e: BatchedEinsum) -> dict[str, tuple[str | None, ...]]:
         argmap = dict(zip(f.arguments, e.in_indices[c], strict=True))
         for x in walk(f.expression):
             if isinstance(x, prim.Subscript):
-                for k, idx in enumerate(x.index_tuple):
-                    if idx.name in argmap:
-                        axes[x.aggregate.name][k] = argmap[idx.name]
+                agg: Any = x.aggregate
+                for k, ix in enumerate(x.index_tuple):
+                    iname = getattr(ix, "name", None)
+                    if iname in argmap:
+                        axes[agg.name][k] = argmap[iname]
     return {k: tuple(v) for k, v in axes.items()}
 
 

@@ -48,6 +48,10 @@ ELEMENTWISE_FUNCTIONS = frozenset({
 #: how many accumulators (vectors) a work-item may keep: beyond that, registers spill
 MAX_ACCUMULATORS = 64
 
+# loopy parses dim_tags strings (its annotations say tag objects)
+_VEC3: Any = "c,c,vec"
+_VEC1: Any = "vec"
+
 
 # {{{ loopy vectorization of elementwise calls
 
@@ -122,10 +126,10 @@ def _array_indices(e: BatchedEinsum) -> dict[str, set[str]]:
             used[f.name] |= set(e.in_indices[c])
             continue
         argmap = dict(zip(f.arguments, e.in_indices[c], strict=True))
-        for sub in walk(f.expression):
-            if isinstance(sub, prim.Subscript):
-                used[sub.aggregate.name] |= {
-                    argmap[i.name] for i in sub.index_tuple if i.name in argmap}
+        for x in walk(f.expression):
+            if isinstance(x, prim.Subscript):
+                names = [getattr(i, "name", None) for i in x.index_tuple]
+                used[str(x.aggregate)] |= {argmap[n] for n in names if n in argmap}
     return used
 
 
@@ -170,7 +174,9 @@ def analyze(e: BatchedEinsum, *, block_sparse: bool = False) -> Form | str:
     if len(dtypes) != 1:
         return "rows of different dtypes"
     used = _array_indices(e)
-    i_arr, j_arr, p_arr = [], [], []
+    i_arr: list[Array] = []
+    j_arr: list[Array] = []
+    p_arr: list[Array] = []
     for a in e.arrays:
         u = used[a.name]
         if i in u and j in u:
@@ -205,7 +211,7 @@ def _unroll_reductions(expr: Any, lengths: dict[str, int]) -> Any:
     class Unroll(IdentityMapper):  # type: ignore[misc]
         def map_reduction(self, r: Any) -> Any:
             body = self.rec(r.expr)
-            terms = []
+            terms: list[Any] = []
             for vals in itertools.product(*(range(lengths[n]) for n in r.inames)):
                 subst = dict(zip(r.inames, vals, strict=True))
                 terms.append(SubstitutionMapper(make_subst_func(subst))(body))
@@ -225,7 +231,7 @@ def _unroll_reductions(expr: Any, lengths: dict[str, int]) -> Any:
         def map_power(self, p: Any) -> Any:
             base, ex = self.rec(p.base), self.rec(p.exponent)
             if isinstance(ex, (int, np.integer)) and 1 <= int(ex) <= 4:
-                return prim.Product((base,) * int(ex))
+                return prim.Product((base,) * int(ex))  # type: ignore[arg-type]
             return prim.Call(prim.Variable("pow"), (base, ex))
 
     return Unroll()(expr)
@@ -252,10 +258,11 @@ def row_terms(form: Form, *, unroll_short: bool = True) -> list[RowTerm]:
     """Every accumulator's product of factors, formulas inlined with their feature
     reductions unrolled. With ``unroll_short`` the short output indices are fixed to
     constants (one term per tuple), else they stay variables (one term per row)."""
-    from feinsum.formulas import feature_indices, formula_result_dtype
-    from feinsum.lowering import _formula_rule_body, compute_dtype, feature_inames
     from loopy.symbolic import SubstitutionMapper, TypeCast
     from pymbolic.mapper.substitutor import make_subst_func
+
+    from feinsum.formulas import feature_indices, formula_result_dtype
+    from feinsum.lowering import _formula_rule_body, compute_dtype, feature_inames
 
     e = form.e
     features = feature_inames(e)
@@ -406,8 +413,10 @@ class Updater:
             return self.update(acc, aux, acc2, aux2, ordered=False)
         # logsumexp pairs (m, s): m' = max(m, m2); s' = s exp(m - m') + s2 exp(m2 - m')
         mx = prim.If(prim.Comparison(acc2, ">", acc), acc2, acc)
-        nan = prim.LogicalOr((prim.Comparison(acc, "!=", acc), prim.Comparison(acc2, "!=", acc2)))
-        inf = prim.Comparison(prim.Call(prim.Variable("fabs"), (mx,)), "==", self.dtype.type(np.inf))
+        nan = prim.LogicalOr((prim.Comparison(acc, "!=", acc),
+                              prim.Comparison(acc2, "!=", acc2)))
+        inf = prim.Comparison(prim.Call(prim.Variable("fabs"), (mx,)), "==",
+                              self.dtype.type(np.inf))
 
         def scaled(s: Any, m: Any) -> Any:
             return prim.If(prim.Comparison(s, "==", 0), s, prim.Product((
@@ -479,7 +488,8 @@ class Rewriter:
         class M(IdentityMapper):  # type: ignore[misc]
             def map_subscript(self, expr: prim.Subscript) -> Any:
                 idx = tuple(self.rec(i) for i in expr.index_tuple)
-                new = outer(expr.aggregate.name, idx)
+                agg: Any = expr.aggregate
+                new = outer(agg.name, idx)
                 return new if new is not None else prim.Subscript(expr.aggregate, idx)
 
             def map_variable(self, expr: prim.Variable) -> Any:
@@ -574,6 +584,7 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
     insns: list[Any] = []
     outer = frozenset({"io"})
     row_inames = {"io", "jb"} if split else {"io"}
+    setup: set[str]
     if block_sparse:
         from feinsum.block_sparse import RANGE_DTYPE, range_args
 
@@ -597,7 +608,8 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
                           within_inames=frozenset({"io", "s"}),
                           depends_on=frozenset({"sstart", "send"})),
         ]
-        first, end = var("rstart"), var("rend")
+        first: Any = var("rstart")
+        end: Any = var("rend")
         setup = {"kc", "rstart", "rend"}
     else:
         first, end = io * (U * V), length_expr(form.m)
@@ -613,7 +625,7 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
     for a in form.i_arrays:
         ns = n_short(a)
         temps.append(lp.TemporaryVariable(f"{a.name}_v", a.dtype, shape=(U, ns, V),
-                                          dim_tags="c,c,vec"))
+                                          dim_tags=_VEC3))
         for u in range(U):
             for s in range(ns):
                 pid = f"pack_{a.name}_{u}_{s}"
@@ -626,10 +638,10 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
 
     terms = row_terms(form)
     nt = len(terms)
-    temps.append(lp.TemporaryVariable("acc", form.dtype, shape=(U, nt, V), dim_tags="c,c,vec"))
+    temps.append(lp.TemporaryVariable("acc", form.dtype, shape=(U, nt, V), dim_tags=_VEC3))
     if upd.needs_aux:
         aux_dt = upd.index_dtype if e.reduction in INDEX_REDUCTIONS else form.dtype
-        temps.append(lp.TemporaryVariable("aux", aux_dt, shape=(U, nt, V), dim_tags="c,c,vec"))
+        temps.append(lp.TemporaryVariable("aux", aux_dt, shape=(U, nt, V), dim_tags=_VEC3))
     hot = frozenset({"io", "s", "j", "ii"} if block_sparse else
                     {"io", "jb", "jl", "ii"} if split else {"io", "j", "ii"})
     hot_deps = {"jstart", "jend"} if block_sparse else set()
@@ -659,7 +671,7 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
                         name = f"f{u}_{len(fac_temps)}"
                         fac_temps[g] = name
                         temps.append(lp.TemporaryVariable(name, form.dtype, shape=(V,),
-                                                          dim_tags="vec"))
+                                                          dim_tags=_VEC1))
                         insns.append(lp.Assignment(
                             sub(name, ii), g, id=f"fac_{name}", within_inames=hot,
                             depends_on=frozenset({*pack_ids, *hot_deps})))
@@ -703,7 +715,7 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
                     lhs, rhs, id=sid, within_inames=frozenset({*row_inames, "is"}),
                     depends_on=frozenset({*update_ids, *init_ids, *setup}),
                     no_sync_with=frozenset(x for x in nosync if x[0] != sid),
-                    predicates=frozenset({prim.Comparison(r, "<", end)})))
+                    predicates=frozenset[Any]({prim.Comparison(r, "<", end)})))
 
     if split:
         # {{{ second pass: combine the nsplit partial accumulators of every row

@@ -167,6 +167,7 @@ def cluster_centroids(
     if lab.shape[0] != x.shape[0]:
         raise ShapeError(f"{x.shape[0]} points but {lab.shape[0]} labels")
     ncl = int(lab.max()) + 1 if lab.size else 0
+    w_c: Any
     if weights is None:
         w_c = np.bincount(lab, minlength=ncl).astype(np.float64) if nlab is None else (
             np.asarray(nlab, np.float64))
@@ -200,6 +201,7 @@ def cluster_ranges_centroids(
     """
     lab = _as_labels(lab)
     nlab = np.bincount(lab)
+    w_c: Any
     if weights is None:
         w_c = nlab.astype(np.float64)
         cent = cluster_centroids(x, lab, nlab=w_c)
@@ -258,7 +260,8 @@ def from_pairs(
         raise ValueError("a cluster pair names a cluster outside the ranges")
 
     # pairs in (ci, cj) order: masks give them so; else two stable radix passes
-    if ci.size and not (np.all(ci[1:] >= ci[:-1]) and np.all((ci[1:] > ci[:-1]) | (cj[1:] >= cj[:-1]))):
+    ordered = np.all(ci[1:] >= ci[:-1]) and np.all((ci[1:] > ci[:-1]) | (cj[1:] >= cj[:-1]))
+    if ci.size and not ordered:
         order = _stable_argsort(cj, n_j)
         order = order[_stable_argsort(ci[order], n_i)]
         ci, cj = ci[order], cj[order]
@@ -327,7 +330,8 @@ def pairs_within(
     cell_a[~ok_a] = -(1 << 40)
     cell_b[~ok_b] = -(1 << 40)
     # hash the cells of b: sort b by cell key, look up each neighbour cell of each a
-    extent = np.maximum(cell_a[ok_a].max(axis=0, initial=0), cell_b[ok_b].max(axis=0, initial=0)) + 3
+    extent = np.maximum(cell_a[ok_a].max(axis=0, initial=0),
+                        cell_b[ok_b].max(axis=0, initial=0)) + 3
     strides = np.cumprod(np.concatenate(([1], extent[::-1][:-1])))[::-1].astype(np.int64)
     key_b = (cell_b + 1) @ strides
     key_b[~ok_b] = -1
@@ -335,7 +339,8 @@ def pairs_within(
     sorted_keys = key_b[order_b]
     rows: list[np.ndarray] = []
     cols: list[np.ndarray] = []
-    offsets = np.stack(np.meshgrid(*([np.array([-1, 0, 1])] * dim), indexing="ij"), -1).reshape(-1, dim)
+    offsets = np.stack(np.meshgrid(*([np.array([-1, 0, 1])] * dim), indexing="ij"),
+                       -1).reshape(-1, dim)
     idx_a = np.nonzero(ok_a)[0]
     base = (cell_a[idx_a] + 1) @ strides
     cut2 = cutoff * cutoff

@@ -152,10 +152,8 @@ class _Builder:
         return dims.pop() if dims else 1
 
     def _reduce(self, fn: str, args: list[tuple[Any, int]], where: Any) -> Any:
-        from loopy.symbolic import Reduction
+        from loopy.symbolic import Reduction, SubstitutionMapper
         from pymbolic.mapper.substitutor import make_subst_func
-
-        from loopy.symbolic import SubstitutionMapper
 
         want = 2 if fn in ("sqdist", "dot") else 1
         if len(args) != want:
@@ -237,15 +235,15 @@ def kernel_reduction(
     plain: list[tuple[Array, tuple[str, ...]]] = []
     rest = []
     for f in factors:
-        role = b.role.get(getattr(getattr(f, "aggregate", None), "name", None))
+        role = b.role.get(str(getattr(getattr(f, "aggregate", None), "name", "")))
         if (not plain and len(factors) > 1 and isinstance(f, prim.Subscript)
                 and role in ("i", "j")
                 and f.index_tuple == ((prim.Variable(role), e_idx) if dim > 1
                                       else (prim.Variable(role),))):
-            plain.append((b.arrays[f.aggregate.name], tuple(str(v) for v in f.index_tuple)))
+            plain.append((b.arrays[str(f.aggregate)], tuple(str(v) for v in f.index_tuple)))
         else:
             rest.append(f)
-    body = rest[0] if len(rest) == 1 else prim.Product(tuple(rest)) if rest else 1
+    body: Any = rest[0] if len(rest) == 1 else prim.Product(tuple(rest)) if rest else 1
     from loopy.symbolic import get_dependencies
 
     deps = get_dependencies(body)
