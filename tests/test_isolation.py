@@ -82,4 +82,4 @@ def test_timings_never_overlap_builds_on_a_cpu(pool, target, cl_device):
     assert len(timings) == 2 and len(builds) >= 3
     for t0, t1 in timings:
         for b0, b1 in builds:
-            assert b1 <= t0 or b0 >= t1, f"build {b0:.3f}-{b1:.3f} overlaps timing {t0:.3f}-{t1:.3f}"
+            assert b1 <= t0 or b0 >= t1, f"build {b0:.3f}-{b1:.3f}, timing {t0:.3f}-{t1:.3f}"

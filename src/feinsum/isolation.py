@@ -11,7 +11,9 @@ that died or was killed. Each candidate goes through two steps in one worker:
 * **prepare** (code generation, OpenCL build, first run, validation) runs in parallel
   workers;
 * **time** runs one at a time per device and, when the device is a CPU, never while
-  another worker prepares or starts (their compilations would share the cores being timed).
+  another worker prepares or starts: those are suspended (``SIGSTOP``) for the timing and
+  resumed after it (their compilations would share the cores being timed), and their
+  time suspended does not count against their timeout.
 
 A worker that dies is classified by the step it had reported: code generation, build and
 the first run (where PoCL compiles) are ``compile-error`` when its stderr names the
@@ -24,6 +26,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import math
 import os
 import signal
 import socket
@@ -93,9 +96,8 @@ def worker_main(fd: int) -> None:
             elif msg[0] == "time":
                 if prepared is None:
                     raise CandidateFailure("runtime-error", "nothing prepared to time")
-                phase("time")
-                samples = time_prepared(state, prepared)
-                conn.send(("timed", samples, prepared.phase_times))
+                samples, note = time_prepared(state, prepared, msg[1])
+                conn.send(("timed", samples, prepared.phase_times, note))
                 prepared = None
         except CandidateFailure as exc:
             prepared = None
@@ -121,8 +123,11 @@ class _Worker:
     phase: str = "start"
     deadline: float = 0.0
     started_at: float = 0.0
-    #: when the worker entered its state (monotonic)
+    #: when the worker entered its state, or was last resumed (monotonic)
     since: float = field(default_factory=time.monotonic)
+    #: when it was suspended (None: running), and the seconds its deadline had left
+    paused_at: float | None = None
+    remaining: float = 0.0
     validation_error: float | None = None
     phase_times: dict[str, float] = field(default_factory=dict)
 
@@ -162,6 +167,8 @@ class WorkerPool:
         self._workers: list[_Worker] = []
         self._nstarted = 0
         self._closed = False
+        #: the best median time per target so far (the racing cutoff's reference)
+        self._best: dict[str, float] = {}
         #: workers replaced (they died or were killed)
         self.replaced = 0
         #: (state, start, end) of every worker's starting/preparing/timing spans (monotonic)
@@ -190,6 +197,7 @@ class WorkerPool:
         return _Worker(proc, conn, log, deadline=time.monotonic() + START_TIMEOUT)
 
     def _replace(self, w: _Worker) -> None:
+        self._resume(w)
         self._set_state(w, "dead")
         _kill(w)
         self._workers[self._workers.index(w)] = self._start()
@@ -254,6 +262,11 @@ class WorkerPool:
             out.extend(self.poll(1.0))
         return out
 
+    def note_best(self, target_key: str, seconds: float) -> None:
+        """Tell the racing cutoff of a best time measured elsewhere (an earlier run)."""
+        if seconds > 0 and seconds < self._best.get(target_key, math.inf):
+            self._best[target_key] = seconds
+
     def cancel(self) -> list[Candidate]:
         """Drop the queued candidates (those in workers finish); returns them."""
         dropped = list(self._queue)
@@ -264,6 +277,8 @@ class WorkerPool:
         if self._closed:
             return
         self._closed = True
+        for w in self._workers:
+            self._resume(w)
         for w in self._workers:
             with contextlib.suppress(Exception):
                 w.conn.send(("stop",))
@@ -287,20 +302,27 @@ class WorkerPool:
     def _dispatch(self) -> None:
         now = time.monotonic()
         timing = any(w.state == "timing" for w in self._workers)
-        if not timing:
-            waiting = sorted((w for w in self._workers if w.state == "prepared"),
-                             key=lambda w: w.since)
-            compiling = any(w.busy_cpu for w in self._workers)
-            if waiting and not (self.exclusive and compiling):
-                w = waiting[0]
-                assert w.candidate is not None
-                w.conn.send(("time",))
-                self._set_state(w, "timing")
-                w.phase = "time"
-                w.deadline = now + w.candidate.options.run_timeout
-                timing = True
-        if self.exclusive and (timing or any(w.state == "prepared" for w in self._workers)):
+        waiting = sorted((w for w in self._workers if w.state == "prepared"),
+                         key=lambda w: w.since)
+        if not timing and waiting:
+            if self.exclusive:  # builds stop while the CPU device times
+                for other in self._workers:
+                    if other.busy_cpu:
+                        self._pause(other)
+            w = waiting[0]
+            self._resume(w)
+            assert w.candidate is not None
+            best = self._best.get(w.candidate.target.key)
+            race = w.candidate.options.race
+            w.conn.send(("time", race * best if race and best else None))
+            self._set_state(w, "timing")
+            w.phase = "time"
+            w.deadline = now + w.candidate.options.run_timeout
+            timing = True
+        if self.exclusive and (timing or waiting):
             return  # builds wait until the device has timed what is ready
+        for w in self._workers:
+            self._resume(w)
         for w in self._workers:
             if not self._queue:
                 break
@@ -315,6 +337,25 @@ class WorkerPool:
                     w.deadline = now + c.options.build_timeout
                 else:  # still starting: its start timeout runs, then the build's
                     w.deadline = now + START_TIMEOUT + c.options.build_timeout
+
+    def _pause(self, w: _Worker) -> None:
+        """Suspend a worker (SIGSTOP): its compilation must not share the CPU with a timing.
+        Its time stopped does not count against its timeout."""
+        if w.paused_at is not None:
+            return
+        now = time.monotonic()
+        with contextlib.suppress(OSError):
+            os.kill(w.proc.pid, signal.SIGSTOP)
+        self.timeline.append((w.state, w.since, now))
+        w.paused_at, w.remaining, w.deadline = now, w.deadline - now, math.inf
+
+    def _resume(self, w: _Worker) -> None:
+        if w.paused_at is None:
+            return
+        now = time.monotonic()
+        with contextlib.suppress(OSError):
+            os.kill(w.proc.pid, signal.SIGCONT)
+        w.since, w.deadline, w.paused_at = now, now + w.remaining, None
 
     def _receive(self, w: _Worker, done: list[Measurement]) -> None:
         while True:
@@ -337,13 +378,20 @@ class WorkerPool:
                     w.deadline = now + w.candidate.options.build_timeout
             elif kind == "phase":
                 w.phase = msg[1]
+                if w.state == "preparing" and w.candidate is not None:  # a step's deadline
+                    w.deadline = now + w.candidate.options.build_timeout
             elif kind == "prepared":
                 self._set_state(w, "prepared")
                 w.validation_error, w.phase_times = msg[1], msg[2]
+                # waiting for the device is not the candidate's fault: no deadline
+                w.deadline = w.remaining = math.inf
             elif kind == "timed":
                 assert w.candidate is not None
-                done.append(finish(w.candidate, "ok", "", msg[1], w.validation_error, msg[2],
-                                   w.started_at, time.time() - w.started_at, self.roofline))
+                m = finish(w.candidate, "ok", msg[3], msg[1], w.validation_error, msg[2],
+                           w.started_at, time.time() - w.started_at, self.roofline)
+                if m.seconds:
+                    self.note_best(w.candidate.target.key, m.seconds)
+                done.append(m)
                 self._reset(w)
             elif kind == "failed":
                 category = msg[1] or _category_for(w.phase, "")
@@ -352,7 +400,7 @@ class WorkerPool:
 
     def _set_state(self, w: _Worker, state: str) -> None:
         now = time.monotonic()
-        if w.state in ("starting", "preparing", "timing"):
+        if w.state in ("starting", "preparing", "timing") and w.paused_at is None:
             self.timeline.append((w.state, w.since, now))
         w.state, w.since = state, now
 

@@ -92,9 +92,13 @@ class MeasureOptions:
     small_length: int = 331
     #: relative tolerance override (default: by dtype and reduction length)
     rtol: float | None = None
-    #: seconds a worker may spend building + validating, and timing, a candidate
-    build_timeout: float = 120.0
-    run_timeout: float = 120.0
+    #: seconds a worker may spend in one step of preparing a candidate (code generation,
+    #: OpenCL build, first run, validation), and timing it
+    build_timeout: float = 60.0
+    run_timeout: float = 60.0
+    #: tuning races candidates: one whose samples exceed ``race`` times the best median so
+    #: far stops early (its few samples are kept; 0 disables)
+    race: float = 2.0
     #: seed of the random inputs
     seed: int = 0
 
@@ -453,11 +457,16 @@ def prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None] = lam
     return Prepared(c, executor, args, err, times)
 
 
-def time_prepared(state: DeviceState, p: Prepared) -> list[float]:
-    """Warm up, then time calls until the protocol's count and time are reached."""
+def time_prepared(state: DeviceState, p: Prepared, cutoff: float | None = None
+                  ) -> tuple[list[float], str]:
+    """Warm up, then time calls until the protocol's count and time are reached; the
+    samples and a note. With *cutoff* (seconds: ``race`` times the best median so far) a
+    candidate that is clearly slower stops early: after two samples above the cutoff, or
+    one above twice the cutoff."""
     opts = p.candidate.options
     args = dict(p.args)
     t_start = time.perf_counter()
+    note = ""
     try:
         for _ in range(max(opts.warmup, 1)):
             _, outputs = _run(p.executor, state.queue, args)
@@ -468,6 +477,10 @@ def time_prepared(state: DeviceState, p: Prepared) -> list[float]:
             t, _ = _run(p.executor, state.queue, args)
             samples.append(t)
             elapsed = time.perf_counter() - t_start
+            if cutoff and min(samples) > cutoff * (1 if len(samples) >= 2 else 2):
+                note = (f"stopped after {len(samples)} sample(s): slower than the cutoff "
+                        f"{cutoff * 1e3:.3g} ms ({opts.race:g} x the best so far)")
+                break
             if len(samples) >= opts.max_samples or elapsed >= opts.max_time:
                 break
             if len(samples) >= wanted and sum(samples) >= opts.min_time:
@@ -478,7 +491,7 @@ def time_prepared(state: DeviceState, p: Prepared) -> list[float]:
     except Exception as exc:
         raise CandidateFailure("runtime-error", _short(exc)) from exc
     p.phase_times["time"] = time.perf_counter() - t_start
-    return samples
+    return samples, note
 
 
 def _short(exc: BaseException, limit: int = 2000) -> str:
@@ -519,10 +532,10 @@ def measure_in_process(state: DeviceState, c: Candidate, roofline: Roofline | No
     t0 = time.time()
     try:
         p = prepare(state, c)
-        samples = time_prepared(state, p)
+        samples, note = time_prepared(state, p)
     except CandidateFailure as exc:
         return finish(c, exc.category, exc.message, started_at=t0, wall_time=time.time() - t0)
-    return finish(c, "ok", "", samples, p.validation_error, p.phase_times, t0,
+    return finish(c, "ok", note, samples, p.validation_error, p.phase_times, t0,
                   time.time() - t0, roofline)
 
 

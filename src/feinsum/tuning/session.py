@@ -352,6 +352,9 @@ def autotune(
     new: list[Measurement] = []
     submitted = previous
     pool = WorkerPool(info, workers, roofline=roof)
+    for known in [*(a.best for a in arms), base_m]:
+        if known is not None and known.seconds:
+            pool.note_best(target.key, known.seconds)
     try:
         if need_baseline:
             pool.submit(Candidate.make(target, None, None, opts))
