@@ -295,7 +295,7 @@ def from_matrix(ranges_i: Any, ranges_j: Any, keep: Any, *, dtype: Any = np.int6
     >>> r = np.array([[0, 2], [2, 3]])
     >>> out = from_matrix(r, r, np.array([[True, False], [True, True]]))
     >>> [a.tolist() for a in out[:3]]
-    [[[0, 2], [2, 3]], [2, 3], [[0, 2], [0, 2], [2, 3]]]
+    [[[0, 2], [2, 3]], [1, 3], [[0, 2], [0, 2], [2, 3]]]
     """
     ranges_i = _as_ranges(ranges_i, "ranges_i")
     ranges_j = _as_ranges(ranges_j, "ranges_j")
