@@ -61,3 +61,8 @@ class DeviceError(FeinsumError):
 
 class TuningError(FeinsumError):
     """The autotuner could not produce a record."""
+
+
+class MissingRecordError(DatabaseError):
+    """The database holds no record for an einsum, and the caller asked for one
+    (``transform_program(..., on_miss="error")``)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from feinsum.cli.common import add_db_argument, add_json_argument, emit_json, print_table
 
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         p_index = next(i for i, p in enumerate(platforms) if p == d.platform)
         d_index = d.platform.get_devices().index(d)
         info = device_info(d)
-        roof = db.get_roofline(info) if db is not None else None
+        roof: Any = db.get_roofline(info) if db is not None else None
         entries.append({
             "id": f"{p_index}:{d_index}", "name": info.name, "platform": info.platform_name,
             "type": info.device_type, "compute_units": info.compute_units,
@@ -41,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows = []
     for e in entries:
-        roof = e["roofline"] or {}
-        bw = roof.get("bandwidth_gbs")
+        stored: dict[str, Any] = e["roofline"] or {}  # type: ignore[assignment]
+        bw = max(stored.get("copy_bandwidth", 0), stored.get("triad_bandwidth", 0)) / 1e9
         rows.append([e["id"], e["name"], e["type"], e["compute_units"],
                      "yes" if e["usable"] else f"no: {e['problem']}",
                      f"{bw:.1f} GB/s" if bw else "not measured"])

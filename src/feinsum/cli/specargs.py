@@ -146,7 +146,8 @@ def load_kernel(path_spec: str) -> Any:
             try:
                 obj = obj()
             except Exception as exc:
-                raise KernelFileError(f"{path}:{name}() raised {type(exc).__name__}: {exc}") from exc
+                raise KernelFileError(
+                    f"{path}:{name}() raised {type(exc).__name__}: {exc}") from exc
         return as_t_unit(obj, name)
     found = {k: v for k, v in namespace.items()
              if isinstance(v, (lp.LoopKernel, lp.TranslationUnit)) and not k.startswith("_")}
@@ -162,10 +163,10 @@ def load_kernel(path_spec: str) -> Any:
 
 def load_kernel_spec(path_spec: str) -> BatchedEinsum:
     """The single einsum found in a kernel file (an error lists what was found otherwise)."""
-    import feinsum
+    from feinsum.matching import find_einsums
 
     t_unit = load_kernel(path_spec)
-    matches = feinsum.find_einsums(t_unit)
+    matches = find_einsums(t_unit)
     if len(matches) != 1:
         raise KernelFileError(
             f"{path_spec}: found {len(matches)} einsums; `feinsum match {path_spec}` lists them"

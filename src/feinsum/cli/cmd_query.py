@@ -1,0 +1,141 @@
+"""``feinsum query`` (every record of an einsum) and ``feinsum best`` (the fallback chain)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from feinsum.cli.common import (
+    add_db_argument,
+    add_json_argument,
+    emit_json,
+    fmt_float,
+    lengths_text,
+    params_text,
+    print_table,
+    record_dict,
+)
+from feinsum.cli.specargs import add_spec_arguments, parse_lengths, spec_from_args
+
+if TYPE_CHECKING:
+    from feinsum.spec import BatchedEinsum
+
+
+def configure(parser: argparse.ArgumentParser, name: str) -> None:
+    add_spec_arguments(parser, kernel=True)
+    add_db_argument(parser)
+    if name == "query":
+        parser.add_argument("--device", metavar="TEXT",
+                            help="only records of the database device whose name or key "
+                            "contains TEXT (default: every device)")
+        parser.add_argument("--recipe", default=None, help="only records of this recipe")
+        parser.add_argument("--status", default="ok",
+                            help='only this status (default ok; "all" for every record)')
+        parser.add_argument("--limit", type=int, default=None, help="at most N records")
+    else:
+        parser.add_argument("--device", metavar="DEVICE",
+                            help="a device of the database (part of its name) or an OpenCL "
+                            "device (PLATFORM:DEVICE or part of its name; default: the "
+                            "default device)")
+    add_json_argument(parser)
+
+
+def _spec_and_lengths(args: argparse.Namespace) -> tuple[BatchedEinsum, dict[str, int] | None]:
+    from feinsum.canonical import canonical_lengths
+    from feinsum.errors import SpecificationError
+
+    spec = spec_from_args(args)
+    lengths = parse_lengths(args.lengths)
+    unknown = sorted(set(lengths) - set(spec.length_symbols))
+    if unknown:
+        raise SpecificationError(f"--lengths: {', '.join(unknown)} is not a length symbol "
+                                 f"of {spec.subscripts}")
+    if not lengths:
+        return spec, None
+    fixed = spec.with_lengths(lengths)
+    return fixed, dict(canonical_lengths(fixed))
+
+
+def run(args: argparse.Namespace) -> int:
+    return _query(args) if args.command == "query" else _best(args)
+
+
+def _query(args: argparse.Namespace) -> int:
+    from feinsum.cli.dbread import open_db, pick_device
+    from feinsum.errors import SpecificationError
+
+    spec, lengths = _spec_and_lengths(args)
+    if args.limit is not None and args.limit < 1:
+        raise SpecificationError("--limit must be at least 1")
+    with open_db(args.db) as db:
+        device = pick_device(db, args.device)
+        records = db.query(spec, device, recipe=args.recipe,
+                           status=None if args.status == "all" else args.status,
+                           lengths=lengths, limit=args.limit)
+    if args.json:
+        emit_json([record_dict(r) for r in records])
+        return 0
+    from feinsum.canonical import canonical_key
+
+    print_table(
+        f"{len(records)} records of {spec.subscripts} ({canonical_key(spec)})",
+        ["record", "device", "lengths", "recipe", "status", "median ms", "GFLOP/s",
+         "configuration"],
+        [[f"{r.source}#{r.id}", r.device_name, lengths_text(r.lengths), r.recipe_name,
+          r.status, fmt_float(None if r.median_time is None else r.median_time * 1e3),
+          fmt_float(r.gflops), params_text(r.params)] for r in records])
+    return 0
+
+
+def _device_for_best(db: Any, text: str | None) -> Any:
+    from feinsum.cli.dbread import devices
+
+    if text is not None:
+        known = [i for k, i in devices(db).items() if text.lower() in k.lower()]
+        if len(known) == 1:
+            return known[0]
+    from feinsum.devices import device_info, get_device
+
+    return device_info(get_device(text))
+
+
+def _best(args: argparse.Namespace) -> int:
+    from feinsum.canonical import canonicalize
+    from feinsum.cli.dbread import open_db
+
+    spec, lengths = _spec_and_lengths(args)
+    with open_db(args.db) as db:
+        info = _device_for_best(db, args.device)
+        answer = db.best(spec, info, lengths=lengths)
+    out: dict[str, Any] = {"einsum": str(spec), "canonical_key": answer.canonical_key,
+                           "device": info.name, "rung": answer.rung,
+                           "lengths": dict(answer.lengths), "distance": answer.distance,
+                           "record": None if answer.record is None
+                           else record_dict(answer.record), "default": None}
+    if answer.is_default:
+        from feinsum.hook.choice import default_choices
+        from feinsum.recipes import recipes
+
+        choices, why = default_choices(canonicalize(spec), info, recipes())
+        out["default"] = ({"recipe": choices[0].recipe.name, "params": choices[0].params}
+                          if choices else {"recipe": None, "why": why})
+    if args.json:
+        emit_json(out)
+        return 0
+    print(f"{spec.subscripts} on {info.name}: rung {answer.rung}")
+    r = answer.record
+    if r is not None:
+        print(f"  record    {r.source}#{r.id} (uid {r.uid}), measured at "
+              f"{lengths_text(r.lengths)}")
+        print(f"  recipe    {r.recipe_name} {r.recipe_version}")
+        print(f"  config    {params_text(r.params, 400)}")
+        ms = "-" if r.median_time is None else f"{r.median_time * 1e3:.4g} ms"
+        print(f"  speed     {ms}, {fmt_float(r.gflops)} GFLOP/s")
+    else:
+        d = out["default"]
+        if d["recipe"] is None:
+            print(f"  no record and no applicable recipe: {d['why']}")
+        else:
+            print(f"  no record: the hook would apply {d['recipe']}'s default "
+                  f"({params_text(d['params'], 400)})")
+    return 0

@@ -1,0 +1,114 @@
+"""``feinsum tune``: autotune an einsum given on the command line or found in a kernel file."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from feinsum.cli.common import (
+    add_db_argument,
+    add_device_argument,
+    add_json_argument,
+    emit_json,
+)
+from feinsum.cli.specargs import add_spec_arguments, parse_lengths, spec_from_args
+
+STRATEGIES = ("auto", "exhaustive", "random", "model")
+
+
+def configure(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.epilog = ('example: feinsum tune "xre,rij,xej->ei" -s x=3,r=3,i=35,j=35,e=E '
+                     "-l E=2048 --budget 16")
+    add_spec_arguments(parser, kernel=True)
+    add_device_argument(parser)
+    add_db_argument(parser)
+    g = parser.add_argument_group("search")
+    g.add_argument("--recipe", action="append", default=None, metavar="NAME",
+                   help="consider only this recipe (repeatable; default: every applicable one)")
+    g.add_argument("--recipe-path", action="append", default=None, metavar="DIR",
+                   help="extra directory of recipe files (repeatable)")
+    g.add_argument("--strategy", choices=STRATEGIES, default="auto",
+                   help="search strategy (auto: exhaustive for small spaces, else model-based)")
+    g.add_argument("--budget", type=int, default=None, metavar="N",
+                   help="configurations to evaluate in all, records already in the database "
+                   "included (default: the autotuner's, 100)")
+    g.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                   help="start no new configuration after this many seconds")
+    g.add_argument("--seed", type=int, default=0, help="random seed of the strategies")
+    g.add_argument("--workers", type=int, default=None, help="parallel build workers")
+    g.add_argument("--no-peers", action="store_true",
+                   help="do not time numpy/opt_einsum/torch for comparison")
+    g.add_argument("--no-baseline", action="store_true",
+                   help="do not time the untransformed kernel")
+    g.add_argument("--no-db", action="store_true",
+                   help="record nothing (no resume; the database is not opened)")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress bar; print only the final table")
+    add_json_argument(parser)
+
+
+def _measurement(m: Any) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    return {"recipe": m.recipe_name, "recipe_version": m.recipe_version,
+            "params": m.params, "status": m.status, "seconds": m.seconds, "gflops": m.gflops,
+            "roofline_fraction": m.roofline_fraction}
+
+
+def run(args: argparse.Namespace) -> int:
+    from feinsum.errors import SpecificationError, TuningError
+
+    spec = spec_from_args(args)
+    lengths = parse_lengths(args.lengths)
+    symbols = set(spec.length_symbols)
+    unknown = sorted(set(lengths) - symbols)
+    if unknown:
+        raise SpecificationError(
+            f"--lengths: {', '.join(unknown)} is not a length symbol of {spec.subscripts} "
+            f"(symbols: {', '.join(sorted(symbols)) or 'none'})")
+    missing = sorted(symbols - set(lengths))
+    if missing:
+        raise SpecificationError(f"tuning needs a value for every length symbol: add "
+                                 f"{' '.join(f'-l {s}=...' for s in missing)}")
+    if args.budget is not None and args.budget < 1:
+        raise SpecificationError("--budget must be at least 1")
+    if args.time_limit is not None and args.time_limit <= 0:
+        raise SpecificationError("--time-limit must be positive")
+
+    from feinsum.devices import get_device
+
+    device = get_device(args.device)
+    db: Any = False
+    if not args.no_db:
+        from feinsum.cli.dbread import open_db
+
+        db = open_db(args.db, write=True)
+    from feinsum.tuning import autotune
+
+    progress = not (args.json or args.quiet)
+    result = autotune(
+        spec, device=device, db=db, recipes=args.recipe, strategy=args.strategy,
+        budget=args.budget, time_limit=args.time_limit, lengths=lengths or None,
+        seed=args.seed, progress=progress, recipe_path=args.recipe_path,
+        workers=args.workers, peers=not args.no_peers, baseline=not args.no_baseline)
+    if args.json:
+        emit_json({
+            "einsum": str(spec), "canonical_key": result.canonical_key,
+            "device": result.device_name, "lengths": result.lengths, "flops": result.flops,
+            "database": None if db is False else db.where,
+            "best": _measurement(result.best),
+            "best_per_recipe": {k: _measurement(v) for k, v in result.best_per_recipe.items()},
+            "untransformed": _measurement(result.baseline), "peers": result.peers,
+            "speedup_over_untransformed": result.speedup_over_untransformed,
+            "speedup_over_peer": result.speedup_over_peer,
+            "evaluated": len(result.measurements), "previous": result.previous,
+            "failures": result.failures, "recipes": result.recipe_stats,
+            "seconds": result.elapsed,
+        })
+    elif args.quiet:
+        print(str(result), end="")
+    if result.best is None:
+        raise TuningError(f"no configuration of {spec.subscripts} ran successfully "
+                          f"({', '.join(f'{k}: {v}' for k, v in result.failures.items())}); "
+                          "try more --budget or other --recipe")
+    return 0

@@ -1,0 +1,75 @@
+"""Which recipe the hook applies when the database knows nothing: a fixed preference order.
+
+:data:`PREFERENCE`: the most specialised recipes first. A recipe feinsum does not ship (from
+``FEINSUM_RECIPE_PATH``) comes after the shipped specialised ones and before ``generic``;
+recipes that need host-side arguments (``Recipe.prepare``: block-sparse launch tables) are
+never chosen by the hook, since the program's callers would not pass those arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from feinsum.errors import RecipeError
+
+if TYPE_CHECKING:
+    from feinsum.devices import DeviceInfo
+    from feinsum.recipes import Recipe
+    from feinsum.spec import BatchedEinsum
+
+#: Preference order of the shipped recipes for the ``"default"`` rung (first applicable wins).
+PREFERENCE: tuple[str, ...] = (
+    "kernel_vec_cpu",  # kernel reductions on CPUs
+    "tiled_1d",        # kernel reductions on GPUs
+    "dg_operator",     # element-batched small operators
+    "elementwise",     # no reduction
+    "generic",         # every dense einsum
+)
+
+
+@dataclass(frozen=True)
+class DefaultChoice:
+    """A recipe and its heuristic default configuration for a canonical spec."""
+
+    recipe: Recipe
+    params: dict[str, Any]
+
+
+def ordered_recipes(all_recipes: Sequence[Recipe], prefer: Sequence[str] | None = None
+                    ) -> list[Recipe]:
+    """*all_recipes* in the hook's preference order (*prefer*: names first, in that order;
+    default :data:`PREFERENCE`)."""
+    order = list(prefer) if prefer is not None else list(PREFERENCE)
+    rank = {name: i for i, name in enumerate(order)}
+    generic_rank = rank.get("generic", len(order))
+
+    def key(r: Recipe) -> tuple[float, str]:
+        if r.name in rank:
+            return (rank[r.name], r.name)
+        # unlisted recipes: before generic with the default order, after the list otherwise
+        return ((generic_rank - 0.5) if prefer is None else len(order), r.name)
+
+    return sorted(all_recipes, key=key)
+
+
+def default_choices(canonical: BatchedEinsum, device: DeviceInfo, recipes: Sequence[Recipe],
+                    prefer: Sequence[str] | None = None) -> tuple[list[DefaultChoice], str]:
+    """The applicable recipes (preference order) with their defaults, and, when there is
+    none, a text saying why each was refused."""
+    out: list[DefaultChoice] = []
+    reasons: list[str] = []
+    for r in ordered_recipes(recipes, prefer):
+        if r.has_prepare:
+            reasons.append(f"{r.name}: needs host-side arguments")
+            continue
+        try:
+            why = r.applies(canonical, device)
+            if why is None:
+                out.append(DefaultChoice(r, dict(r.default(canonical, device))))
+                continue
+        except RecipeError as exc:
+            why = str(exc)
+        reasons.append(f"{r.name}: {why}")
+    return out, "; ".join(reasons)

@@ -1,0 +1,99 @@
+"""A lock per (canonical key, device) that works across processes: ``fcntl.flock`` on a file.
+
+The lock files live next to the SQLite database (``<db>.locks/``), else (server or
+in-memory databases) in ``$FEINSUM_LOCK_DIR`` or the per-user cache directory. The kernel
+releases a ``flock`` when its process dies, so a crashed tuner never leaves a stale lock.
+Processes on other hosts sharing a server database need ``FEINSUM_LOCK_DIR`` on a
+filesystem they share (with working ``flock``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from feinsum.errors import DatabaseError
+
+ENV_VAR = "FEINSUM_LOCK_DIR"
+
+
+def lock_directory(db: Any) -> Path:
+    """Where the tuning locks of database *db* (a :class:`~feinsum.database.Database` or
+    None) live."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env)
+    path = getattr(db, "path", None)
+    if path is not None and str(path) not in ("", ":memory:"):
+        return Path(f"{path}.locks")
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("feinsum")) / "locks"
+
+
+class TuningLock:
+    """An exclusive, cross-process lock on one (canonical key, device key) pair.
+
+    ``acquire(wait=False)`` returns False at once when another process holds it;
+    ``acquire(wait=True, timeout=...)`` waits (polling) and returns whether it got it.
+    Use as a context manager after a successful acquire, or call :meth:`release`.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], canonical_key: str,
+                 device_key: str) -> None:
+        digest = hashlib.sha256(f"{canonical_key}\n{device_key}".encode()).hexdigest()[:24]
+        self.path = Path(directory) / f"tune-{digest}.lock"
+        self.label = f"{canonical_key} on {device_key}"
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self, *, wait: bool = False, timeout: float | None = None,
+                poll: float = 0.05) -> bool:
+        import fcntl
+
+        if self._fd is not None:
+            return True
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise DatabaseError(f"cannot create the tuning lock {self.path}: {exc}; set "
+                                f"{ENV_VAR} to a writable directory") from exc
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not wait or (deadline is not None and time.monotonic() >= deadline):
+                    os.close(fd)
+                    return False
+                time.sleep(poll)
+                continue
+            self._fd = fd
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            return True
+
+    def release(self) -> None:
+        import fcntl
+
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def __enter__(self) -> TuningLock:
+        if not self.held:
+            self.acquire(wait=True)
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.release()

@@ -1,0 +1,74 @@
+"""A mixin for array contexts: ``transform_loopy_program`` (arraycontext's protocol)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import loopy as lp
+
+    from feinsum.hook.report import HookReport
+
+_UNSET: Any = object()
+
+
+class FeinsumTransformMixin:
+    """Put before an array context class (``class Ctx(FeinsumTransformMixin,
+    PyOpenCLArrayContext)``) to transform every einsum of the programs it compiles by the
+    best record of the timing database; arraycontext is not needed to use it.
+
+    Configure with class attributes or keyword arguments of ``__init__`` (the others go to
+    the next class): ``feinsum_device`` (default: the device of ``self.queue`` if there is
+    one, else the default device), ``feinsum_db``, ``feinsum_on_miss``, ``feinsum_budget``,
+    ``feinsum_lengths``, ``feinsum_on_busy`` — see :func:`feinsum.transform_program`.
+
+    A program in which feinsum transformed nothing goes to the next class's
+    ``transform_loopy_program`` (if any); ``feinsum_last_report`` holds the last
+    :class:`~feinsum.hook.HookReport`.
+    """
+
+    feinsum_device: Any = None
+    feinsum_db: Any = None
+    feinsum_on_miss: str = "default"
+    feinsum_budget: int | None = None
+    feinsum_lengths: Mapping[str, int] | None = None
+    feinsum_on_busy: str = "default"
+    feinsum_last_report: HookReport | None = None
+
+    def __init__(self, *args: Any, feinsum_device: Any = _UNSET, feinsum_db: Any = _UNSET,
+                 feinsum_on_miss: Any = _UNSET, feinsum_budget: Any = _UNSET,
+                 feinsum_lengths: Any = _UNSET, feinsum_on_busy: Any = _UNSET,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name, value in (("feinsum_device", feinsum_device), ("feinsum_db", feinsum_db),
+                            ("feinsum_on_miss", feinsum_on_miss),
+                            ("feinsum_budget", feinsum_budget),
+                            ("feinsum_lengths", feinsum_lengths),
+                            ("feinsum_on_busy", feinsum_on_busy)):
+            if value is not _UNSET:
+                setattr(self, name, value)
+
+    def _feinsum_target_device(self) -> Any:
+        if self.feinsum_device is not None:
+            return self.feinsum_device
+        queue = getattr(self, "queue", None)
+        return getattr(queue, "device", None)
+
+    def transform_loopy_program(self, t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
+        """*t_unit* with its einsums transformed (:func:`feinsum.transform_program`)."""
+        from feinsum.hook.program import transform_program
+
+        new, report = transform_program(
+            t_unit, device=self._feinsum_target_device(), db=self.feinsum_db,
+            on_miss=self.feinsum_on_miss, budget=self.feinsum_budget,
+            lengths=self.feinsum_lengths, on_busy=self.feinsum_on_busy)
+        self.feinsum_last_report = report
+        if report.transformed == 0:
+            parent = getattr(super(), "transform_loopy_program", None)
+            if parent is not None:
+                try:
+                    return parent(t_unit)  # type: ignore[no-any-return]
+                except NotImplementedError:
+                    return new
+        return new
