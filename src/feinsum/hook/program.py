@@ -181,9 +181,9 @@ class _Run:
                     f"{dev!r}: tune it (`feinsum tune --kernel ...`, or on_miss='tune') or "
                     "pass on_miss='default'")
             if self.opts.on_miss == "tune":
-                answer, note = self.tune(e_at, m.canonical_key)
+                answer, note, tuned_here = self.tune(e_at, m.canonical_key)
                 notes.append(note)
-                action = "tuned"
+                action = "tuned" if tuned_here else "replayed"
         if not answer.is_default:
             rec = answer.record
             assert rec is not None
@@ -231,33 +231,34 @@ class _Run:
                                 note="; ".join(n for n in notes if n))
         return t_unit, replace(base, action="failed", note="; ".join(notes))
 
-    def tune(self, e: BatchedEinsum, key: str) -> tuple[Answer, str]:
-        """Tune *e* unless another process does; the answer afterwards and a note."""
+    def tune(self, e: BatchedEinsum, key: str) -> tuple[Answer, str, bool]:
+        """Tune *e* unless another process does: the answer afterwards, a note, and whether
+        this process tuned."""
         from feinsum.hook.locks import TuningLock, lock_directory
 
         if self.db is None:
-            return self.best(e), "no database to record tuning in: used the default"
+            return self.best(e), "no database to record tuning in: used the default", False
         if e.length_symbols:
             return self.best(e), (f"tuning needs the lengths of {', '.join(e.length_symbols)}"
-                                  " (pass lengths={...}): used the default")
+                                  " (pass lengths={...}): used the default"), False
         lock = TuningLock(lock_directory(self.db), key, self.info.key)
         if not lock.acquire(wait=False):
             if self.opts.on_busy == "wait" and lock.acquire(
                     wait=True, timeout=self.opts.wait_timeout):
                 lock.release()
-                return self.best(e), "waited for another process to tune it"
-            return self.best(e), "another process is tuning it: used the default"
+                return self.best(e), "waited for another process to tune it", False
+            return self.best(e), "another process is tuning it: used the default", False
         try:
             again = self.best(e)
             if not again.is_default:
-                return again, "tuned by another process"
+                return again, "tuned by another process", False
             from feinsum.tuning import autotune
 
             dev = self.dev if self.dev is not None else _cl_device(self.info)
             autotune(e, device=dev, db=self.db, budget=self.opts.budget,
                      time_limit=self.opts.time_limit, progress=False, peers=False)
             self.tuned = True
-            return self.best(e), ""
+            return self.best(e), "", True
         finally:
             lock.release()
 

@@ -1,0 +1,455 @@
+"""The compiler hook: transform_program, its cache, the mixin, the cross-process tuning lock."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+E = 300
+
+
+# {{{ programs built the way an array compiler builds them
+
+
+def lift_kernel() -> Any:
+    import loopy as lp
+
+    return lp.make_kernel(
+        "{[iel, idof, iface, jdof]: 0 <= iel < nelements and 0 <= idof < 20"
+        " and 0 <= iface < 4 and 0 <= jdof < 10}",
+        """
+        lift_rho[iel, idof] = sum((iface, jdof), lift_mat[idof, iface, jdof]
+                        * face_jac[iface, iel] * flux_rho[iface, iel, jdof])  {id=lift_rho}
+        lift_e[iel, idof] = sum((iface, jdof), face_jac[iface, iel]
+                        * flux_e[iface, iel, jdof] * lift_mat[idof, iface, jdof])  {id=lift_e}
+        """,
+        [lp.GlobalArg("lift_mat,face_jac,flux_rho,flux_e,lift_rho,lift_e", np.float64,
+                      shape=lp.auto), lp.ValueArg("nelements", np.int32)],
+        name="lift", lang_version=(2018, 2))
+
+
+def mass_kernel() -> Any:
+    import loopy as lp
+
+    return lp.make_kernel(
+        "{[e, i, j]: 0 <= e < nelements and 0 <= i, j < 20}",
+        "mass[e, i] = sum(j, massm[i, j] * u[e, j])  {id=mass}",
+        [lp.GlobalArg("massm,u,mass", np.float64, shape=lp.auto),
+         lp.ValueArg("nelements", np.int32)],
+        name="mass", lang_version=(2018, 2))
+
+
+def scale_kernel() -> Any:
+    import loopy as lp
+
+    return lp.make_kernel(
+        "{[e, i]: 0 <= e < nelements and 0 <= i < 20}",
+        "scaled[e, i] = 2.0 * u[e, i] + 1.0  {id=scale}",
+        [lp.GlobalArg("u,scaled", np.float64, shape=lp.auto),
+         lp.ValueArg("nelements", np.int32)],
+        name="scale", lang_version=(2018, 2))
+
+
+def separate_program() -> Any:
+    """Three kernels: a two-row lift einsum, a mass-matrix einsum, an elementwise one."""
+    import loopy as lp
+
+    return lp.merge([lift_kernel(), mass_kernel(), scale_kernel()])
+
+
+def mixed_program() -> Any:
+    """One kernel holding two einsum groups and an elementwise statement, and the lift."""
+    import loopy as lp
+
+    volume = lp.make_kernel(
+        "{[e, i, j, x, e2, i2, j2, e3, i3]: 0 <= e, e2, e3 < nelements"
+        " and 0 <= i, j, i2, j2, i3 < 20 and 0 <= x < 3}",
+        """
+        grad[x, e, i] = sum(j, diff[x, i, j] * u[e, j])  {id=grad}
+        mass[e2, i2] = sum(j2, massm[i2, j2] * u[e2, j2])  {id=mass}
+        scaled[e3, i3] = 2.0 * u[e3, i3] + 1.0  {id=scale}
+        """,
+        [lp.GlobalArg("diff,u,massm,grad,mass,scaled", np.float64, shape=lp.auto),
+         lp.ValueArg("nelements", np.int32)],
+        name="volume", lang_version=(2018, 2))
+    return lp.merge([volume, lift_kernel()])
+
+
+def inputs(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"diff": rng.random((3, 20, 20)), "u": rng.random((E, 20)),
+            "massm": rng.random((20, 20)), "lift_mat": rng.random((20, 4, 10)),
+            "face_jac": rng.random((4, E)), "flux_rho": rng.random((4, E, 10)),
+            "flux_e": rng.random((4, E, 10))}
+
+
+def run_program(t_unit: Any, queue: Any, arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Run every kernel of *t_unit*; all outputs by name."""
+    import loopy as lp
+
+    from feinsum.hook.program import kernel_names
+
+    out: dict[str, Any] = {}
+    for name in kernel_names(t_unit):
+        args = {a.name for a in t_unit[name].args}
+        t = lp.set_options(t_unit.with_entrypoints(frozenset([name])), return_dict=True)
+        _, res = t.executor(queue.context, entrypoint=name)(
+            queue, **{k: v for k, v in arrays.items() if k in args}, nelements=E)
+        out.update({k: v.get() if hasattr(v, "get") else v for k, v in res.items()})
+    return out
+
+
+def assert_same_results(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert set(a) == set(b)
+    for k in a:
+        np.testing.assert_allclose(b[k], a[k], rtol=1e-12, atol=1e-12, err_msg=k)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    from feinsum.hook import clear_cache
+
+    clear_cache()
+
+
+# }}}
+
+
+# {{{ transformation keeps results, leaves the rest alone
+
+
+def test_separate_kernels(cl_device: Any, cl_queue: Any, rng: np.random.Generator) -> None:
+    from feinsum.hook import transform_program
+
+    t = separate_program()
+    new, rep = transform_program(t, device=cl_device, db=False, prefer=["generic"])
+    assert rep.kernels == ("lift", "mass", "scale")
+    assert [(g.kernel, g.insn_ids, g.action, g.recipe, g.rung) for g in rep.groups] == [
+        ("lift", ("lift_rho", "lift_e"), "default", "generic", "default"),
+        ("mass", ("mass",), "default", "generic", "default")]
+    assert rep.transformed == 2 and not rep.cached
+    assert new["scale"] == t["scale"]  # the elementwise kernel is untouched
+    assert new["mass"] != t["mass"]
+    assert [a.name for a in new["lift"].args] == [a.name for a in t["lift"].args]
+    arrays = inputs(rng)
+    assert_same_results(run_program(t, cl_queue, arrays), run_program(new, cl_queue, arrays))
+    json.dumps(rep.as_dict())
+    assert "lift:lift_rho+lift_e" in str(rep)
+
+
+def test_mixed_kernel_keeps_results(cl_device: Any, cl_queue: Any,
+                                    rng: np.random.Generator) -> None:
+    from feinsum.hook import transform_program
+
+    t = mixed_program()
+    new, rep = transform_program(t, device=cl_device, db=False, prefer=["generic"])
+    assert [g.insn_ids for g in rep.groups] == [("grad",), ("mass",), ("lift_rho", "lift_e")]
+    assert rep.groups[2].action == "default"
+    scale = new["volume"].id_to_insn["scale"]  # the elementwise statement is kept as it was
+    assert scale.expression == t["volume"].id_to_insn["scale"].expression
+    assert scale.assignee == t["volume"].id_to_insn["scale"].assignee
+    arrays = inputs(rng)
+    assert_same_results(run_program(t, cl_queue, arrays), run_program(new, cl_queue, arrays))
+
+
+@pytest.mark.xfail(strict=True, reason="matching: splicing into a kernel with other statements "
+                   "fails (splice.py assumptions, kernel.py _insn_str on barriers, match_einsum "
+                   "raising errors of unselected statements); see the hook engineer's report")
+def test_mixed_kernel_groups_are_transformed(cl_device: Any) -> None:
+    from feinsum.hook import transform_program
+
+    _, rep = transform_program(mixed_program(), device=cl_device, db=False, prefer=["generic"])
+    assert [g.action for g in rep.groups] == ["default"] * 3
+
+
+def test_on_miss_skip_and_error(cl_device: Any) -> None:
+    from feinsum.errors import MissingRecordError
+    from feinsum.hook import transform_program
+
+    t = separate_program()
+    new, rep = transform_program(t, device=cl_device, db=False, on_miss="skip")
+    assert new == t and [g.action for g in rep.groups] == ["skipped", "skipped"]
+    with pytest.raises(MissingRecordError, match="no record for"):
+        transform_program(t, device=cl_device, db=False, on_miss="error")
+
+
+def test_bad_arguments(cl_device: Any) -> None:
+    from feinsum.errors import FeinsumError
+    from feinsum.hook import transform_program
+
+    t = mass_kernel()
+    with pytest.raises(FeinsumError, match="on_miss"):
+        transform_program(t, device=cl_device, db=False, on_miss="sometimes")
+    with pytest.raises(FeinsumError, match="budget"):
+        transform_program(t, device=cl_device, db=False, budget=0)
+    with pytest.raises(FeinsumError, match="TranslationUnit"):
+        transform_program("not a program", device=cl_device, db=False)  # type: ignore[arg-type]
+
+
+def test_preference_order() -> None:
+    from feinsum.hook import PREFERENCE, ordered_recipes
+    from feinsum.recipes import recipes
+
+    names = [r.name for r in ordered_recipes(recipes())]
+    listed = [n for n in names if n in PREFERENCE]
+    assert listed == [n for n in PREFERENCE if n in names]
+    assert names[-1] == "generic"
+    assert [r.name for r in ordered_recipes(recipes(), ["elementwise", "generic"])][:2] == [
+        "elementwise", "generic"]
+
+
+# }}}
+
+
+# {{{ the database: replay, rungs, cache
+
+
+def _record(db: Any, device: Any, e: Any, recipe: str, params: dict[str, Any],
+            seconds: float) -> None:
+    from feinsum.database import NewMeasurement
+    from feinsum.measurement import UNTRANSFORMED, untransformed_version
+    from feinsum.recipes import get_recipe
+
+    version = (untransformed_version() if recipe == UNTRANSFORMED
+               else get_recipe(recipe).version)
+    db.add_measurement(NewMeasurement(einsum=e, device=device, recipe_name=recipe,
+                                      recipe_version=version, params=params,
+                                      samples=[seconds] * 3, flops=1e6))
+
+
+def test_replays_the_record(cl_device: Any, tmp_path: Path) -> None:
+    import loopy as lp
+
+    import feinsum
+    from feinsum.database import open_database
+    from feinsum.devices import device_info
+    from feinsum.hook import transform_program
+    from feinsum.recipes import get_recipe
+
+    info = device_info(cl_device)
+    t = lift_kernel()
+    (m,) = feinsum.find_einsums(t)
+    generic = get_recipe("generic")
+    params = dict(generic.default(m.canonical, info))
+    params["lx"] = 16 if params["lx"] != 16 else 8
+    params = dict(generic.check(params, m.canonical, info))
+    db = open_database(tmp_path / "db.sqlite", include_shipped=False)
+    _record(db, info, m.einsum.with_lengths({"nelements": E}), "generic", params, 1e-4)
+
+    new, rep = transform_program(t, device=cl_device, db=db, lengths={"nelements": E})
+    (g,) = rep.groups
+    assert (g.action, g.rung, g.recipe, dict(g.params or {})) == (
+        "replayed", "exact", "generic", params)
+    assert g.expected_gflops == pytest.approx(1e6 / 1e-4 / 1e9)
+    direct = feinsum.apply_transform(t, m, generic, params, device=info)
+    assert (lp.generate_code_v2(new).device_code()
+            == lp.generate_code_v2(direct).device_code())
+
+    _, rep = transform_program(t, device=cl_device, db=db, lengths={"nelements": 4 * E})
+    assert rep.groups[0].rung == "nearest-lengths" and rep.groups[0].action == "replayed"
+    assert rep.groups[0].record_lengths == {"n0": E}
+
+    # the untransformed kernel measured faster: the statements stay as they are
+    _record(db, info, m.einsum.with_lengths({"nelements": E}), "untransformed", {}, 1e-5)
+    new, rep = transform_program(t, device=cl_device, db=db, lengths={"nelements": E})
+    assert rep.groups[0].action == "untransformed" and new == t
+    db.close()
+
+
+def test_repeated_call_is_cheap_and_new_records_are_seen(cl_device: Any,
+                                                          tmp_path: Path) -> None:
+    import feinsum
+    from feinsum.database import open_database
+    from feinsum.devices import device_info
+    from feinsum.hook import transform_program
+    from feinsum.recipes import get_recipe
+
+    db = open_database(tmp_path / "db.sqlite", include_shipped=False)
+    t0 = time.perf_counter()
+    first, rep1 = transform_program(separate_program(), device=cl_device, db=db,
+                                    prefer=["generic"])
+    t_first = time.perf_counter() - t0
+    times = []
+    for _ in range(3):  # a structurally equal program, rebuilt as array compilers do
+        rebuilt = separate_program()
+        t0 = time.perf_counter()
+        again, rep2 = transform_program(rebuilt, device=cl_device, db=db, prefer=["generic"])
+        times.append(time.perf_counter() - t0)
+        assert again is first and rep2.cached and rep2.groups == rep1.groups
+    assert min(times) < 0.05 * t_first, (times, t_first)
+
+    # a new record changes the database's revision: the next call sees it
+    info = device_info(cl_device)
+    (m,) = feinsum.find_einsums(mass_kernel())
+    generic = get_recipe("generic")
+    _record(db, info, m.einsum, "generic", dict(generic.default(m.canonical, info)), 1e-4)
+    _, rep3 = transform_program(separate_program(), device=cl_device, db=db,
+                                prefer=["generic"])
+    assert not rep3.cached
+    assert [g.rung for g in rep3.groups] == ["default", "exact"]
+    db.close()
+
+
+# }}}
+
+
+# {{{ the mixin
+
+
+def test_mixin_without_arraycontext(cl_device: Any, cl_queue: Any) -> None:
+    from feinsum.hook import FeinsumTransformMixin
+
+    class Plain(FeinsumTransformMixin):
+        feinsum_db = False
+
+    ctx = Plain(feinsum_device=cl_device)
+    new = ctx.transform_loopy_program(separate_program())
+    assert ctx.feinsum_last_report is not None and ctx.feinsum_last_report.transformed == 2
+    assert new["mass"] != mass_kernel()
+
+    class Parent:
+        def __init__(self, queue: Any) -> None:
+            self.queue = queue
+            self.calls = 0
+
+        def transform_loopy_program(self, t_unit: Any) -> Any:
+            self.calls += 1
+            return t_unit
+
+    class Ctx(FeinsumTransformMixin, Parent):
+        pass
+
+    ctx2 = Ctx(cl_queue, feinsum_db=False, feinsum_on_miss="skip")
+    assert ctx2._feinsum_target_device() == cl_queue.device
+    t = separate_program()
+    assert ctx2.transform_loopy_program(t) is t and ctx2.calls == 1  # nothing done: parent's
+    ctx2.feinsum_on_miss = "default"
+    assert ctx2.transform_loopy_program(t) != t and ctx2.calls == 1
+    assert "arraycontext" not in sys.modules
+
+
+# }}}
+
+
+# {{{ many processes: one tunes
+
+
+def test_lock_is_exclusive(tmp_path: Path) -> None:
+    from feinsum.database import open_database
+    from feinsum.hook import TuningLock, lock_directory
+
+    with open_database(tmp_path / "x.sqlite", include_shipped=False) as db:
+        assert lock_directory(db) == Path(f"{tmp_path / 'x.sqlite'}.locks")
+    a = TuningLock(tmp_path, "fek1-a", "dev")
+    b = TuningLock(tmp_path, "fek1-a", "dev")
+    other = TuningLock(tmp_path, "fek1-b", "dev")
+    assert a.acquire() and not b.acquire() and other.acquire()
+    assert not b.acquire(wait=True, timeout=0.2)
+    a.release()
+    assert b.acquire()
+    b.release()
+    other.release()
+
+
+WORKER = textwrap.dedent('''
+    import json, os, sys, time
+    from pathlib import Path
+    import numpy as np, loopy as lp
+    import feinsum, feinsum.tuning
+    from feinsum.database import NewMeasurement
+    from feinsum.devices import device_info, get_device
+    from feinsum.hook import transform_program
+    from feinsum.recipes import get_recipe
+
+    work = Path(sys.argv[1])
+
+    def fake_autotune(e, *, device, db, budget, **kw):
+        with open(work / "tuned.log", "a") as f:
+            f.write(f"{os.getpid()}\\n")
+        while not (work / "release").exists():
+            time.sleep(0.05)
+        info = device_info(device)
+        generic = get_recipe("generic")
+        db.add_measurement(NewMeasurement(
+            einsum=e, device=info, recipe_name="generic", recipe_version=generic.version,
+            params=generic.default(feinsum.canonicalize(e), info), samples=[1e-4] * 3))
+
+    feinsum.tuning.autotune = fake_autotune
+    knl = lp.make_kernel(
+        "{[e, i, j]: 0 <= e < nelements and 0 <= i, j < 20}",
+        "mass[e, i] = sum(j, massm[i, j] * u[e, j])",
+        [lp.GlobalArg("massm,u,mass", np.float64, shape=lp.auto),
+         lp.ValueArg("nelements", np.int32)], name="mass", lang_version=(2018, 2))
+    get_device()
+    (work / f"ready-{os.getpid()}").touch()
+    _, rep = transform_program(knl, db=str(work / "db.sqlite"), on_miss="tune",
+                               on_busy=sys.argv[2], budget=2, lengths={"nelements": 300},
+                               prefer=["generic"])
+    (g,) = rep.groups
+    print(json.dumps({"action": g.action, "rung": g.rung, "note": g.note}))
+''')
+
+
+@pytest.mark.parametrize("on_busy", ["default", "wait"])
+def test_one_process_tunes(tmp_path: Path, on_busy: str) -> None:
+    from feinsum.database import open_database
+
+    open_database(tmp_path / "db.sqlite", include_shipped=False).close()
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    n = 3
+    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path), on_busy],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(n)]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("ready-*"))) < n or not (tmp_path / "tuned.log").exists():
+        assert time.monotonic() < deadline, [p.poll() for p in procs]
+        time.sleep(0.1)
+    time.sleep(1.0)  # every process is in transform_program; one holds the lock
+    if on_busy == "default":  # the others do not wait for the tuner
+        others = [p for p in procs if p.pid != int((tmp_path / "tuned.log").read_text())]
+        for p in others:
+            p.wait(timeout=120)
+    (tmp_path / "release").touch()
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    tuners = (tmp_path / "tuned.log").read_text().split()
+    assert len(tuners) == 1, tuners  # never N processes tuning the same einsum
+    actions = sorted(r["action"] for r in results)
+    if on_busy == "default":
+        assert actions == ["default", "default", "tuned"]
+        assert all("another process" in r["note"] for r in results if r["action"] == "default")
+    else:
+        assert all(r["rung"] == "exact" for r in results)
+        assert actions == ["replayed", "replayed", "tuned"]
+        assert all("waited" in r["note"] or "another process" in r["note"]
+                   for r in results if r["action"] == "replayed")
+
+
+@pytest.mark.slow
+def test_on_miss_tune_for_real(cl_device: Any, tmp_path: Path, cl_queue: Any,
+                               rng: np.random.Generator) -> None:
+    from feinsum.hook import transform_program
+
+    t = mass_kernel()
+    new, rep = transform_program(t, device=cl_device, db=tmp_path / "db.sqlite",
+                                 on_miss="tune", budget=2, lengths={"nelements": E})
+    (g,) = rep.groups
+    assert g.rung == "exact" and g.action in ("tuned", "untransformed")
+    arrays = inputs(rng)
+    assert_same_results(run_program(t, cl_queue, arrays), run_program(new, cl_queue, arrays))
+
+
+# }}}
+
+# vim: foldmethod=marker
