@@ -88,7 +88,7 @@ def test_all_true_mask_equals_dense(kind, rng):  # type: ignore[no-untyped-def]
     e = spec(kind, np.float64)
     a = arrays_for(e, x, y, ranges, rng)
     dense = feinsum.evaluate(spec(kind, np.float64, block_sparse=False),
-                             {k: v for k, v in a.items() if not k[0] in "rs"})
+                             {k: v for k, v in a.items() if k[0] not in "rs"})
     got = feinsum.evaluate(e, a)
     for k, want in dense.items():
         np.testing.assert_allclose(got[k], want, rtol=1e-12)
