@@ -310,14 +310,13 @@ class WorkerPool:
                     if other.busy_cpu:
                         self._pause(other)
             w = waiting[0]
+            c = _held(w)
             self._resume(w)
-            assert w.candidate is not None
-            best = self._best.get(w.candidate.target.key)
-            race = w.candidate.options.race
-            w.conn.send(("time", race * best if race and best else None))
+            best = self._best.get(c.target.key)
+            w.conn.send(("time", c.options.race * best if c.options.race and best else None))
             self._set_state(w, "timing")
             w.phase = "time"
-            w.deadline = now + w.candidate.options.run_timeout
+            w.deadline = now + c.options.run_timeout
             timing = True
         if self.exclusive and (timing or waiting):
             return  # builds wait until the device has timed what is ready
@@ -386,11 +385,11 @@ class WorkerPool:
                 # waiting for the device is not the candidate's fault: no deadline
                 w.deadline = w.remaining = math.inf
             elif kind == "timed":
-                assert w.candidate is not None
-                m = finish(w.candidate, "ok", msg[3], msg[1], w.validation_error, msg[2],
+                c = _held(w)
+                m = finish(c, "ok", msg[3], msg[1], w.validation_error, msg[2],
                            w.started_at, time.time() - w.started_at, self.roofline)
                 if m.seconds:
-                    self.note_best(w.candidate.target.key, m.seconds)
+                    self.note_best(c.target.key, m.seconds)
                 done.append(m)
                 self._reset(w)
             elif kind == "failed":
@@ -431,13 +430,20 @@ class WorkerPool:
     def _fail_timeout(self, w: _Worker, done: list[Measurement]) -> None:
         if w.state == "starting":
             raise TuningError(f"a worker did not start within {START_TIMEOUT:.0f} s")
-        limit = (w.candidate.options.run_timeout if w.state == "timing"
-                 else w.candidate.options.build_timeout)
+        c = _held(w)
+        limit = c.options.run_timeout if w.state == "timing" else c.options.build_timeout
         self._record_failure(w, "timeout", f"no answer within {limit:g} s during {w.phase}",
                              done)
         self._replace(w)
 
     # }}}
+
+
+def _held(w: _Worker) -> Candidate:
+    """The candidate a busy worker holds."""
+    if w.candidate is None:
+        raise TuningError(f"internal error: worker in state {w.state!r} holds no candidate")
+    return w.candidate
 
 
 def _category_for(phase: str, log: str) -> str:

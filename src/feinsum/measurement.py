@@ -186,9 +186,8 @@ class Measurement:
 
     def __str__(self) -> str:
         head = f"{self.recipe_name} {self.params}"
-        if not self.ok:
+        if self.timing is None:
             return f"{head}: {self.status}: {self.message}"
-        assert self.timing is not None
         g = f", {self.gflops:.2f} GFLOP/s" if self.gflops is not None else ""
         r = (f", {100 * self.roofline_fraction:.0f}% of roofline"
              if self.roofline_fraction is not None else "")
@@ -416,9 +415,9 @@ def prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None] = lam
     small = (small_lengths(knl.assumptions, c.target.lengths, opts.small_length)
              if opts.validate_small else dict(c.target.lengths))
     host_s, args_s = _kernel_args(state, c, small, recipe)
-    executor = t_unit.executor(state.context)
+    executor: Any = t_unit.executor(state.context)  # a PyOpenCLExecutor
     try:
-        phase("build")
+        phase("build")  # code generation and clBuildProgram, before any run
         executor.translation_unit_info(executor.arg_to_dtype(args_s))
     except Exception as exc:
         raise CandidateFailure("compile-error", _short(exc)) from exc

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from feinsum.errors import RecipeError, TuningError
+from feinsum.errors import InvalidConfigurationError, RecipeError, TuningError
 from feinsum.measurement import (
     UNTRANSFORMED,
     Candidate,
@@ -26,7 +26,7 @@ from feinsum.measurement import (
     TimingStats,
     random_inputs,
 )
-from feinsum.tuning.strategies import Strategy, make_strategy, valid_count
+from feinsum.tuning.strategies import Strategy, make_strategy, restrict, valid_count
 
 if TYPE_CHECKING:
     from feinsum.devices import DeviceInfo
@@ -76,10 +76,9 @@ class TuningResult:
 
     @property
     def speedup_over_untransformed(self) -> float | None:
-        if self.best is None or self.baseline is None or not self.baseline.ok:
-            return None
-        assert self.best.seconds and self.baseline.seconds
-        return self.baseline.seconds / self.best.seconds
+        b = self.baseline.seconds if self.baseline is not None else None
+        s = self.best.seconds if self.best is not None else None
+        return b / s if b and s else None
 
     @property
     def speedup_over_peer(self) -> float | None:
@@ -175,7 +174,7 @@ class _Arm:
         self.evaluated += 1
         if not m.ok:
             self.failed += 1
-        elif self.best is None or (m.seconds or math.inf) < (self.best.seconds or math.inf):
+        elif self.best is None or _seconds(m) < _seconds(self.best):
             self.best = m
 
 
@@ -225,8 +224,10 @@ def _resolve_recipes(recipes: Sequence[Recipe | str] | None, spec: BatchedEinsum
 def _strategy_for(kind: str, space: ParameterSpace, share: int | None) -> str:
     if kind != "auto":
         return kind
-    n = valid_count(space)
     limit = max(EXHAUSTIVE_LIMIT, share or 0)
+    if space.size <= limit:
+        return "exhaustive"
+    n = valid_count(space)  # None: too large to count
     return "exhaustive" if n is not None and n <= limit else "model"
 
 
@@ -250,13 +251,14 @@ def autotune(
     peers: bool = True,
     baseline: bool = True,
     callback: Callable[[Measurement], None] | None = None,
+    fixed: Mapping[str, Mapping[str, Any]] | None = None,
     **options: Any,
 ) -> TuningResult:
     """Tune *einsum* on *device*: search the applicable recipes' configurations, measure
     each in an isolated worker, record everything in *db*, and return the best.
 
     :arg db: a database (:func:`feinsum.open_database`); ``None``: the default database;
-        ``False``: record nothing (no resume).
+        ``False``: record nothing (no resume, the roofline measured again).
     :arg recipes: recipes (objects or names) to consider; default: every recipe on
         *recipe_path*, ``FEINSUM_RECIPE_PATH`` and the shipped ones that applies.
     :arg strategy: ``"exhaustive"``, ``"random"``, ``"model"`` (optuna TPE) or ``"auto"``
@@ -270,14 +272,14 @@ def autotune(
     :arg peers: time numpy/opt_einsum/torch (or :func:`feinsum.evaluate`) for comparison.
     :arg baseline: time the untransformed kernel (once per database).
     :arg callback: called with every new measurement (after it is recorded).
+    :arg fixed: per recipe name, parameters pinned to a value (``{"generic": {"vec":
+        False}}``): only the others are searched.
     :arg options: :class:`~feinsum.measurement.MeasureOptions` fields (``min_samples``,
         ``min_time``, ``build_timeout``, ``run_timeout``, ``validate_full``, ...).
     """
     from feinsum.devices import device_info, get_device
-    from feinsum.isolation import WorkerPool
     from feinsum.roofline import measure_roofline
     from feinsum.tuning.peers import time_peers
-    from feinsum.tuning.progress import Progress
 
     t_start = time.monotonic()
     dev = get_device(device)
@@ -286,126 +288,54 @@ def autotune(
         from feinsum.database import open_database
 
         db = open_database()
-    elif db is False:
-        db = None
+    store = None if db is False else db
     opts = MeasureOptions().with_overrides(**options)
     target = Target.make(einsum, lengths)
-    fixed = einsum.with_lengths(dict(lengths)) if lengths else einsum
-    records = _Records(db, fixed, target, info)
+    records = _Records(store, einsum.with_lengths(dict(lengths)) if lengths else einsum,
+                       target, info)
     chosen, skipped = _resolve_recipes(recipes, target.spec, info, recipe_path)
     if not chosen and not baseline:
         raise TuningError(f"no recipe applies to {einsum}: "
                           + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
 
-    roof = measure_roofline(dev, db=db)
+    roof = measure_roofline(dev, db=store)
     peer_times: dict[str, float] = {}
     if peers:  # before any worker starts: nothing else runs on the CPU
         inputs = random_inputs(target.spec, target.lengths, opts.seed)
         peer_times = time_peers(target.spec.with_lengths(target.lengths), inputs,
                                 min_samples=opts.min_samples, min_time=opts.min_time)
 
-    # {{{ arms: one per recipe, seeded with the database's records
-
-    arms: list[_Arm] = []
-    previous = 0
-    known_best: dict[str, Measurement] = {}
-    budget_total = budget
-    if budget_total is None and strategy != "exhaustive":
-        budget_total = DEFAULT_BUDGET
-    share = None if budget_total is None else max(1, budget_total // max(1, len(chosen)))
-    for r in chosen:
-        space = r.space(target.spec, info)
-        old = records.records(r.name, r.version)
-        previous += len(old)
-        known = [(dict(rec.params), rec.median_time if rec.status == "ok" else None)
-                 for rec in old]
-        kind = _strategy_for(strategy, space, share)
-        strat = make_strategy(kind, space, seed=seed, default=r.default(target.spec, info),
-                              known=known)
-        arm = _Arm(r, space, strat, evaluated=len(old),
-                   failed=sum(rec.status != "ok" for rec in old))
-        for rec in old:
-            if rec.status == "ok":
-                m = _from_record(rec, target, opts.spread_limit, roof)
-                if arm.best is None or (m.seconds or math.inf) < (arm.best.seconds or math.inf):
-                    arm.best = m
-        if arm.best is not None:
-            known_best[r.name] = arm.best
-        arms.append(arm)
-
-    # }}}
-
+    if budget is None and strategy != "exhaustive":
+        budget = DEFAULT_BUDGET
+    share = None if budget is None else max(1, budget // max(1, len(chosen)))
+    arms = [_make_arm(r, target, info, records, strategy, share, seed,
+                      (fixed or {}).get(r.name), opts, roof) for r in chosen]
     base_m: Measurement | None = None
-    need_baseline = False
     if baseline:
         from feinsum.measurement import untransformed_version
 
         old = records.records(UNTRANSFORMED, untransformed_version())
-        if old:
-            base_m = _from_record(old[0], target, opts.spread_limit, roof)
-        else:
-            need_baseline = True
+        base_m = _from_record(old[0], target, opts.spread_limit, roof) if old else None
 
     title = f"{einsum.subscripts} at {target.lengths}" if target.lengths else einsum.subscripts
-    bar = Progress(progress, budget_total, time_limit, title)
-    bar.update(previous=previous)
-    new: list[Measurement] = []
-    submitted = previous
-    pool = WorkerPool(info, workers, roofline=roof)
-    for known in [*(a.best for a in arms), base_m]:
-        if known is not None and known.seconds:
-            pool.note_best(target.key, known.seconds)
-    try:
-        if need_baseline:
-            pool.submit(Candidate.make(target, None, None, opts))
-        while True:
-            out_of_time = time_limit is not None and time.monotonic() - t_start >= time_limit
-            while (not out_of_time and pool.capacity() > 0
-                   and (budget_total is None or submitted < budget_total)):
-                arm = _choose(arms)
-                if arm is None:
-                    break
-                config = arm.strategy.ask()
-                if config is None:
-                    arm.exhausted = True
-                    continue
-                arm.in_flight += 1
-                submitted += 1
-                pool.submit(Candidate.make(target, arm.recipe, config, opts))
-            if out_of_time:
-                pool.cancel()
-            if not pool.in_flight:
-                break
-            for m in pool.poll(0.25):
-                records.add(m)
-                if m.recipe_name == UNTRANSFORMED:
-                    base_m = m
-                else:
-                    arm = next(a for a in arms if a.recipe.name == m.recipe_name)
-                    arm.in_flight -= 1
-                    arm.record(m)
-                    arm.strategy.tell(m.params, m.seconds if m.ok else None)
-                    new.append(m)
-                    bar.update(m, previous=previous)
-                if callback is not None:
-                    callback(m)
-            bar.update(previous=previous)
-    finally:
-        pool.close()
-        bar.close()
+    run = _Run(target, info, arms, records, opts, roof, budget, time_limit, t_start,
+               callback)
+    new, measured_base = run.search(workers, title, progress,
+                                    need_baseline=baseline and base_m is None,
+                                    known_baseline=base_m)
+    base_m = measured_base or base_m
 
     best_per_recipe = {a.recipe.name: a.best for a in arms if a.best is not None}
-    best = min(best_per_recipe.values(), key=lambda m: m.seconds or math.inf, default=None)
-    failures = collections.Counter(m.status for m in new if not m.ok)
     result = TuningResult(
         title=title, canonical_key=target.key, device_name=info.name,
-        lengths=dict(target.lengths), flops=target.flops, best=best,
+        lengths=dict(target.lengths), flops=target.flops,
+        best=min(best_per_recipe.values(), key=_seconds, default=None),
         best_per_recipe=best_per_recipe, baseline=base_m, peers=peer_times,
         measurements=new,
         recipe_stats={a.recipe.name: {"evaluated": a.evaluated, "failed": a.failed}
                       for a in arms},
-        previous=previous, elapsed=time.monotonic() - t_start, roofline=roof,
-        failures=dict(failures),
+        previous=run.previous, elapsed=time.monotonic() - t_start, roofline=roof,
+        failures=dict(collections.Counter(m.status for m in new if not m.ok)),
     )
     if progress:
         from rich.console import Console
@@ -415,6 +345,109 @@ def autotune(
             Console().print("not applicable: " + "; ".join(f"{k}: {v}"
                                                            for k, v in skipped.items()))
     return result
+
+
+def _seconds(m: Measurement) -> float:
+    return m.seconds or math.inf
+
+
+def _make_arm(r: Recipe, target: Target, info: DeviceInfo, records: _Records, strategy: str,
+              share: int | None, seed: int, pins: Mapping[str, Any] | None,
+              opts: MeasureOptions, roof: Roofline | None) -> _Arm:
+    """A recipe's arm: its (restricted) space and strategy, seeded with its records."""
+    space = r.space(target.spec, info)
+    default: dict[str, Any] | None = r.default(target.spec, info)
+    if pins:
+        space = restrict(space, pins)
+        try:
+            default = space.validate({**(default or {}), **pins})
+        except InvalidConfigurationError:
+            default = None
+    old = records.records(r.name, r.version)
+    known = [(dict(rec.params), rec.median_time if rec.status == "ok" else None)
+             for rec in old]
+    strat = make_strategy(_strategy_for(strategy, space, share), space, seed=seed,
+                          default=default, known=known)
+    arm = _Arm(r, space, strat, evaluated=len(old), failed=sum(rec.status != "ok" for rec in old))
+    ok = [_from_record(rec, target, opts.spread_limit, roof) for rec in old if rec.status == "ok"]
+    arm.best = min(ok, key=_seconds, default=None)
+    return arm
+
+
+class _Run:
+    """The search loop: candidates to the worker pool, results to the database and the
+    strategies, until the budget, the time limit or every space is spent."""
+
+    def __init__(self, target: Target, info: DeviceInfo, arms: list[_Arm], records: _Records,
+                 opts: MeasureOptions, roof: Roofline | None, budget: int | None,
+                 time_limit: float | None, t_start: float,
+                 callback: Callable[[Measurement], None] | None) -> None:
+        self.target, self.info, self.arms, self.records = target, info, arms, records
+        self.opts, self.roof, self.budget = opts, roof, budget
+        self.time_limit, self.t_start, self.callback = time_limit, t_start, callback
+        self.previous = sum(a.evaluated for a in arms)
+
+    def _total(self) -> int | None:
+        if self.budget is not None:
+            return self.budget
+        counts = [valid_count(a.space) for a in self.arms]
+        return None if None in counts else sum(c or 0 for c in counts)
+
+    def search(self, workers: int | None, title: str, progress: bool, need_baseline: bool,
+               known_baseline: Measurement | None) -> tuple[list[Measurement],
+                                                              Measurement | None]:
+        from feinsum.isolation import WorkerPool
+        from feinsum.tuning.progress import Progress
+
+        bar = Progress(progress, self._total(), self.time_limit, title)
+        bar.update(previous=self.previous)
+        new: list[Measurement] = []
+        baseline: Measurement | None = None
+        submitted = self.previous
+        pool = WorkerPool(self.info, workers, roofline=self.roof)
+        for known in [*(a.best for a in self.arms), known_baseline]:
+            if known is not None and known.seconds:
+                pool.note_best(self.target.key, known.seconds)
+        try:
+            if need_baseline:
+                pool.submit(Candidate.make(self.target, None, None, self.opts))
+            while True:
+                out_of_time = (self.time_limit is not None
+                               and time.monotonic() - self.t_start >= self.time_limit)
+                while (not out_of_time and pool.capacity() > 0
+                       and (self.budget is None or submitted < self.budget)):
+                    arm = _choose(self.arms)
+                    if arm is None:
+                        break
+                    config = arm.strategy.ask()
+                    if config is None:
+                        arm.exhausted = True
+                        continue
+                    arm.in_flight += 1
+                    submitted += 1
+                    pool.submit(Candidate.make(self.target, arm.recipe, config, self.opts))
+                if out_of_time:
+                    pool.cancel()
+                if not pool.in_flight:
+                    break
+                for m in pool.poll(0.25):
+                    self.records.add(m)
+                    if m.recipe_name == UNTRANSFORMED:
+                        baseline = m
+                    else:
+                        arm = next(a for a in self.arms if a.recipe.name == m.recipe_name)
+                        arm.in_flight -= 1
+                        arm.record(m)
+                        arm.strategy.tell(m.params, m.seconds if m.ok else None)
+                        new.append(m)
+                        bar.update(m, previous=self.previous)
+                    if self.callback is not None:
+                        self.callback(m)
+                bar.update(previous=self.previous)
+        finally:
+            pool.close()
+            bar.close()
+        return new, baseline
 
 
 # vim: foldmethod=marker

@@ -39,7 +39,7 @@ from feinsum.recipes import (
 #: log-seconds; TPE only ranks them, so any value above all real ones works).
 FAILURE_VALUE = 1e3
 #: A space with at most this many configurations (before constraints) is enumerated.
-ENUMERATE_LIMIT = 200_000
+ENUMERATE_LIMIT = 20_000
 
 
 def config_key(space: ParameterSpace, config: Mapping[str, Any]) -> str:
@@ -52,6 +52,20 @@ def valid_count(space: ParameterSpace, limit: int = ENUMERATE_LIMIT) -> int | No
     if space.size > limit:
         return None
     return sum(1 for _ in space.enumerate())
+
+
+def restrict(space: ParameterSpace, fixed: Mapping[str, Any]) -> ParameterSpace:
+    """*space* with the parameters in *fixed* pinned to one value (constraints kept)."""
+    unknown = set(fixed) - set(space.params)
+    if unknown:
+        raise ValueError(f"cannot fix unknown parameter(s) {', '.join(sorted(unknown))}; "
+                         f"the space has {', '.join(space.names)}")
+    params = dict(space.params)
+    for name, value in fixed.items():
+        v = params[name].normalize(value)
+        params[name] = (TupleOf(*(Choice([x]) for x in v)) if isinstance(v, tuple)
+                        else Choice([v]))
+    return ParameterSpace(params, space.constraints)
 
 
 class Strategy(ABC):
@@ -68,7 +82,7 @@ class Strategy(ABC):
         self.default = dict(default) if default is not None else None
         self.seen: set[str] = set(measured)
         self.known = [(dict(p), v) for p, v in known]
-        self.seen.update(self._key(p) for p, _ in self.known if self._key(p))
+        self.seen.update(k for k in (self._key(p) for p, _ in self.known) if k is not None)
 
     def _key(self, config: Mapping[str, Any]) -> str | None:
         try:
@@ -81,9 +95,8 @@ class Strategy(ABC):
         return key is not None and key not in self.seen
 
     def _take(self, config: Mapping[str, Any]) -> Config:
-        key = self._key(config)
-        assert key is not None
-        self.seen.add(key)
+        """Mark a fresh (valid, unseen) configuration proposed; its normalised form."""
+        self.seen.add(self.space.canonical(config))
         return self.space.validate(config)
 
     @abstractmethod
@@ -266,9 +279,7 @@ class ModelBased(Strategy):
                                 measured=self.seen).ask()
         if fallback is None:
             return None
-        key = self._key(fallback)
-        assert key is not None
-        self._pending[key] = None
+        self._pending[self.space.canonical(fallback)] = None
         return self._take(fallback)
 
     def _known_value(self, key: str) -> float:
