@@ -4,9 +4,9 @@ A candidate that crashes the compiler, segfaults in the OpenCL driver, hangs or 
 wrong result becomes a recorded failure with a category (see
 :data:`feinsum.measurement.FAILURE_CATEGORIES`) and a message; the run goes on.
 
-:class:`WorkerPool` keeps warm workers (forked from a server that has imported loopy and
-pyopencl, each with its own context and profiling queue on the device) and replaces one
-that died or was killed. Each candidate goes through two steps in one worker:
+:class:`WorkerPool` keeps warm workers (fresh interpreters that have imported loopy and
+pyopencl once, each with its own context and profiling queue on the device) and replaces
+one that died or was killed. Each candidate goes through two steps in one worker:
 
 * **prepare** (code generation, OpenCL build, first run, validation) runs in parallel
   workers;
@@ -66,8 +66,10 @@ _COMPILER_WORDS = ("LLVM", "llvm", "clang", "pocl", "PoCL", "error:", "Assertion
 
 
 def worker_main(fd: int) -> None:
-    """A worker's loop over the socket *fd*: ``("init", device)``, then ``("prepare",
-    candidate)`` and ``("time",)`` pairs, until ``("stop",)`` or the parent goes away."""
+    """A worker's loop over the socket *fd*: ``("init", device, log)``, then ``("prepare",
+    candidate)`` and ``("time", cutoff)`` pairs, until ``("stop",)`` or the parent goes
+    away. It answers ``("phase", step)`` as each step starts, then ``("prepared", ...)``,
+    ``("timed", ...)`` or ``("failed", category, message)``."""
     from feinsum.devices import DeviceInfo
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C

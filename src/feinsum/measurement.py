@@ -27,7 +27,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from feinsum.roofline import Roofline
     from feinsum.spec import BatchedEinsum
 
-Status = Literal["ok", "compile-error", "runtime-error", "timeout", "wrong-result", "invalid"]
 #: Failure categories, in the order the protocol can meet them.
 FAILURE_CATEGORIES: tuple[str, ...] = (
     "invalid", "compile-error", "runtime-error", "wrong-result", "timeout",
@@ -225,6 +224,9 @@ class Target:
                 f"the lengths of {', '.join(e.length_symbols)} are needed to time {einsum}; "
                 "pass lengths={...}"
             )
+        if e.block_sparse is not None:
+            raise TuningError("measuring block-sparse specs needs ranges data: not supported "
+                              "yet (time them with their recipe's benchmark)")
         spec = canonicalize(e)
         clen = {k: int(v) for k, v in canonical_lengths(e).items()}
         c = cost(e)
@@ -390,8 +392,6 @@ def prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None] = lam
     times: dict[str, float] = {}
     opts = c.options
     spec = c.target.spec
-    if spec.block_sparse is not None:
-        raise TuningError("measuring block-sparse specs needs ranges data; not supported yet")
 
     phase("codegen")
     t0 = time.perf_counter()
@@ -406,7 +406,11 @@ def prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None] = lam
             cat = ("invalid" if isinstance(exc.__cause__, InvalidConfigurationError)
                    else "compile-error")
             raise CandidateFailure(cat, str(exc)) from exc
-    knl = t_unit[t_unit.default_entrypoint.name]
+    knl = t_unit.default_entrypoint
+    clobbered = sorted(knl.get_written_variables() & {a.name for a in spec.arrays})
+    if clobbered:  # the user's inputs would be overwritten (and the cached ones here)
+        raise CandidateFailure("wrong-result", f"the kernel writes its input(s) "
+                               f"{', '.join(clobbered)}")
     if not satisfies(knl.assumptions, c.target.lengths):
         raise CandidateFailure(
             "invalid", f"lengths {c.target.lengths} violate the kernel's assumptions "
