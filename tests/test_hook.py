@@ -159,9 +159,6 @@ def test_mixed_kernel_keeps_results(cl_device: Any, cl_queue: Any,
     assert_same_results(run_program(t, cl_queue, arrays), run_program(new, cl_queue, arrays))
 
 
-@pytest.mark.xfail(strict=True, reason="matching: splicing into a kernel with other statements "
-                   "fails (splice.py assumptions, kernel.py _insn_str on barriers, match_einsum "
-                   "raising errors of unselected statements); see the hook engineer's report")
 def test_mixed_kernel_groups_are_transformed(cl_device: Any) -> None:
     from feinsum.hook import transform_program
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pymbolic.primitives as prim
 
+import feinsum.loopy_setup  # noqa: F401  (loopy must never prompt for input)
 from feinsum.errors import DTypeError, FeinsumError, SpecificationError
 from feinsum.spec import INDEX_REDUCTIONS, Array, BatchedEinsum, Formula, Length
 

@@ -9,6 +9,7 @@
 See ``docs/compiler-guide.rst``.
 """
 
+import feinsum.loopy_setup  # noqa: F401  (loopy must never prompt for input)
 from feinsum.matching.match import Match, find_einsums, match_einsum
 from feinsum.matching.replay import apply_transform
 

@@ -38,6 +38,8 @@ def _expr_str(expr: Any) -> str:
 
 
 def _insn_str(insn: Any) -> str:
+    if not hasattr(insn, "expression"):  # barriers, no-ops, C instructions
+        return str(insn)
     lhs = ", ".join(str(a) for a in insn.assignees)
     return f"{lhs} = {insn.expression}"
 

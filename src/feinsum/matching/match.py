@@ -328,6 +328,9 @@ def match_einsum(t_unit: lp.TranslationUnit, *, within: Any = None,
     matches, errors, missing = _matches(knl, dtypes, selected, _inferrer(t_unit, knl))
     if missing:
         raise _missing_dtype_error(_Kernel(knl, dtypes), missing)
+    if within is not None:
+        chosen = {insn.id for insn in knl.instructions if selected(insn)}
+        errors = {i: msg for i, msg in errors.items() if i in chosen}
     if within is not None and errors:
         first = next(iter(dict.fromkeys(errors.values())))
         raise EinsumMatchError(f"kernel {knl.name!r}: {first}")

@@ -182,7 +182,7 @@ def splice(user: Any, tk: Any, ref: Any, match: Match, rest: list[Any]) -> Any:
     assumptions = base.assumptions
     if not tk.assumptions.is_universe():
         a, b = isl.align_two(base.assumptions, tk.assumptions)
-        assumptions = a & b
+        assumptions = (a & b).params()
     temps = dict(base.temporary_variables)
     temps.update(tk.temporary_variables)
     inames = dict(base.inames)
