@@ -151,7 +151,7 @@ class Sweep:
         self.data = data
         self.name = data["name"]
         self.times: dict[str, float | None] = {
-            canonical_json(r["params"]): (r["median"] if r["status"] == "ok" else None)
+            canonical_json(r["params"]): (r["min"] if r["status"] == "ok" else None)
             for r in data["results"]}
         base = ParameterSpace.from_json(data["space"])
         self.space = base.constrain(Constraint(

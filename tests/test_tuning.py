@@ -213,7 +213,7 @@ def test_interrupted_run_resumes_without_measuring_anything_twice(db):
     assert sum(rec.recipe_name == "untransformed"
                for rec in records(db, e.with_lengths({"E": 3000}))) == 1
     assert r3.best is not None and r3.best.seconds == min(
-        rec.median_time for rec in records(db, e.with_lengths({"E": 3000}))
+        rec.min_time for rec in records(db, e.with_lengths({"E": 3000}))
         if rec.recipe_name == "split")
 
 

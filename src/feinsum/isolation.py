@@ -169,7 +169,7 @@ class WorkerPool:
         self._workers: list[_Worker] = []
         self._nstarted = 0
         self._closed = False
-        #: the best median time per target so far (the racing cutoff's reference)
+        #: the best time per target so far (the racing cutoff's reference)
         self._best: dict[str, float] = {}
         #: workers replaced (they died or were killed)
         self.replaced = 0

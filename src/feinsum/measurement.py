@@ -14,7 +14,9 @@ canonical einsum at fixed lengths on one device. :func:`measure` runs the protoc
    every sample is kept;
 4. **report** min, median and the spread ``(p90 - min) / median``, flagged as noisy above
    ``spread_limit``; flops and bytes from :func:`feinsum.cost` of the computation, GFLOP/s
-   and the fraction of the device roofline.
+   and the fraction of the device roofline. The figure of merit is the **minimum**: other
+   work on the machine only ever adds time, so the minimum is the estimate of a kernel's
+   own time that varies least with the load (the median is kept beside it).
 
 Kernels run through ``t_unit.executor(ctx)``, never by calling the translation unit.
 Each candidate runs in a worker process (:mod:`feinsum.isolation`) unless
@@ -95,7 +97,7 @@ class MeasureOptions:
     #: OpenCL build, first run, validation), and timing it
     build_timeout: float = 60.0
     run_timeout: float = 60.0
-    #: tuning races candidates: one whose samples exceed ``race`` times the best median so
+    #: tuning races candidates: one whose samples exceed ``race`` times the best time so
     #: far stops early (its few samples are kept; 0 disables)
     race: float = 2.0
     #: seed of the random inputs
@@ -174,14 +176,14 @@ class Measurement:
 
     @property
     def seconds(self) -> float | None:
-        """The figure of merit: median device time per call."""
-        return self.timing.median if self.timing else None
+        """The figure of merit: the minimum device time per call (see the module docstring)."""
+        return self.timing.min if self.timing else None
 
     @property
     def gflops(self) -> float | None:
-        if self.timing is None or not self.flops or self.timing.median <= 0:
+        if self.timing is None or not self.flops or self.timing.min <= 0:
             return None
-        return self.flops / self.timing.median / 1e9
+        return self.flops / self.timing.min / 1e9
 
     def __str__(self) -> str:
         head = f"{self.recipe_name} {self.params}"
@@ -191,8 +193,8 @@ class Measurement:
         r = (f", {100 * self.roofline_fraction:.0f}% of roofline"
              if self.roofline_fraction is not None else "")
         noisy = " (noisy)" if self.timing.noisy else ""
-        return (f"{head}: median {self.timing.median * 1e3:.3f} ms, min "
-                f"{self.timing.min * 1e3:.3f} ms, spread {self.timing.spread:.2f}{noisy}{g}{r}")
+        return (f"{head}: min {self.timing.min * 1e3:.3f} ms, median "
+                f"{self.timing.median * 1e3:.3f} ms, spread {self.timing.spread:.2f}{noisy}{g}{r}")
 
 
 # }}}
@@ -463,7 +465,7 @@ def prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None] = lam
 def time_prepared(state: DeviceState, p: Prepared, cutoff: float | None = None
                   ) -> tuple[list[float], str]:
     """Warm up, then time calls until the protocol's count and time are reached; the
-    samples and a note. With *cutoff* (seconds: ``race`` times the best median so far) a
+    samples and a note. With *cutoff* (seconds: ``race`` times the best time so far) a
     candidate that is clearly slower stops early: after two samples above the cutoff, or
     one above twice the cutoff."""
     opts = p.candidate.options
@@ -519,7 +521,7 @@ def finish(c: Candidate, status: str, message: str = "", samples: list[float] | 
         timing = TimingStats.from_samples(samples, c.options.spread_limit)
         if roofline is not None:
             fraction = roofline.fraction(c.target.dtype, c.target.flops, c.target.nbytes,
-                                         timing.median)
+                                         timing.min)
     return Measurement(
         status=status, recipe_name=c.recipe_name, recipe_version=c.recipe_version,
         params=dict(c.params), lengths=dict(c.target.lengths), message=message, timing=timing,

@@ -85,7 +85,7 @@ def result_table(result: TuningResult) -> Any:
     from rich.table import Table
 
     t = Table(title=f"{result.title}  ({result.device_name})")
-    for col in ("", "evaluated", "failed", "median ms", "GFLOP/s", "roofline",
+    for col in ("", "evaluated", "failed", "min ms", "GFLOP/s", "roofline",
                 "vs untransformed", "vs fastest peer", "configuration"):
         t.add_column(col, justify="left" if col in ("", "configuration") else "right")
     base = result.baseline.seconds if result.baseline and result.baseline.ok else None

@@ -144,7 +144,7 @@ def _from_record(r: Any, target: Target, spread_limit: float, roofline: Roofline
                  ) -> Measurement:
     timing = (TimingStats.from_samples(list(r.samples), spread_limit)
               if r.status == "ok" and r.samples else None)
-    fraction = (roofline.fraction(target.dtype, target.flops, target.nbytes, timing.median)
+    fraction = (roofline.fraction(target.dtype, target.flops, target.nbytes, timing.min)
                 if roofline is not None and timing is not None else None)
     return Measurement(status=r.status, recipe_name=r.recipe_name,
                        recipe_version=r.recipe_version, params=dict(r.params),
@@ -364,7 +364,7 @@ def _make_arm(r: Recipe, target: Target, info: DeviceInfo, records: _Records, st
         except InvalidConfigurationError:
             default = None
     old = records.records(r.name, r.version)
-    known = [(dict(rec.params), rec.median_time if rec.status == "ok" else None)
+    known = [(dict(rec.params), rec.min_time if rec.status == "ok" else None)
              for rec in old]
     strat = make_strategy(_strategy_for(strategy, space, share), space, seed=seed,
                           default=default, known=known)

@@ -104,7 +104,7 @@ class Strategy(ABC):
         """The next configuration to measure, or None when the space is exhausted."""
 
     def tell(self, config: Mapping[str, Any], seconds: float | None) -> None:  # noqa: B027
-        """The median time of *config* (``None``: it failed); the default ignores it."""
+        """The time of *config* (``None``: it failed); the default ignores it."""
 
 
 class _OrderedStrategy(Strategy):
