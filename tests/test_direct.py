@@ -236,6 +236,9 @@ def test_given_recipe_and_zero_length(cl_device: Any, rng: np.random.Generator) 
     close(f(**a), evaluate(e, a)["out0"])
     assert f.last_choice is not None and f.last_choice.rung == "given"
     assert dict(f.last_choice.params)["nsplit"] == 4
+    ref = fcompile(e, device=cl_device, db=False, recipe="untransformed")
+    close(ref(**a), evaluate(e, a)["out0"])
+    assert ref.last_choice is not None and ref.last_choice.recipe is None
     empty = clouds(rng, 3, 0)
     np.testing.assert_array_equal(f(**empty), np.zeros(3, F32))
     nn = kernel_reduction("sqdist(x, y)", i_vars={"x": 3}, j_vars={"y": 3}, reduction="argmin")
@@ -275,3 +278,24 @@ def test_replays_the_database_record(cl_device: Any, tmp_path: Path,
         {"M": 1000, "N": 1000}).rung == "default"
     db.close()
     db2.close()
+
+
+def test_a_failing_default_falls_back(cl_device: Any, rng: np.random.Generator) -> None:
+    from feinsum.recipes import ParameterSpace, Recipe, get_recipe
+
+    def boom(t_unit: Any, params: Any, e: Any, device: Any) -> Any:
+        raise RuntimeError("boom")
+
+    broken = Recipe("broken", applies=lambda e, d: None, space=lambda e, d: ParameterSpace(),
+                    default=lambda e, d: {}, apply=boom)
+    e = feinsum.einsum("ij,ej->ei", feinsum.array("D", (6, 6), np.float64),
+                       feinsum.array("u", (5, 6), np.float64))
+    f = fcompile(e, device=cl_device, db=False)
+    f._recipes = {"broken": broken, "generic": get_recipe("generic")}
+    a = {"D": rng.random((6, 6)), "u": rng.random((5, 6))}
+    close(f(**a), a["u"] @ a["D"].T, 1e-12)
+    assert f.last_choice is not None and f.last_choice.recipe == "generic"
+    assert "broken (default) failed" in f.last_choice.note and "boom" in f.last_choice.note
+    # a recipe the caller forces fails loudly
+    with pytest.raises(feinsum.RecipeFailure, match="boom"):
+        fcompile(e, device=cl_device, db=False, recipe=broken)(**a)

@@ -92,7 +92,8 @@ CONFIGS = {
     "kernel_vec_cpu": [{"V": 8, "U": 2, "denorms_are_zero": False},
                        {"V": 16, "U": 1, "denorms_are_zero": True}],
     "tiled_1d": [{"K": 16, "unroll": True, "denorms_are_zero": False}],
-    "tiled_2d": [{"V": 8, "U": 2, "nsplit": 4, "denorms_are_zero": False}],
+    "tiled_2d": [{"V": 8, "U": 2, "nsplit": 4, "tile": 1, "denorms_are_zero": False},
+                 {"V": 4, "U": 1, "nsplit": 2, "tile": 16, "denorms_are_zero": False}],
 }
 
 
@@ -108,7 +109,7 @@ def test_recipe_matches_evaluate(name, params, kind, dtype, cl_context, cl_queue
 @pytest.mark.parametrize("name,params", [
     ("kernel_vec_cpu", {"V": 8, "U": 1, "denorms_are_zero": False}),
     ("tiled_1d", {"K": 16, "unroll": False, "denorms_are_zero": False}),
-    ("tiled_2d", {"V": 4, "U": 1, "nsplit": 2, "denorms_are_zero": False}),
+    ("tiled_2d", {"V": 4, "U": 1, "nsplit": 2, "tile": 8, "denorms_are_zero": False}),
 ])
 @pytest.mark.parametrize("kind", ["sum_cols", "argmin"])
 def test_recipes_on_canonical_spec(name, params, kind, cl_context, cl_queue, rng):  # type: ignore[no-untyped-def]

@@ -1,9 +1,11 @@
 """tiled_2d: KeOps' GpuConv2D scheme, for few output rows and many reduction terms.
 
 With few rows the 1D schemes have too little parallel work. Here the reduction index is
-dealt cyclically to ``nsplit`` work-items per block of rows (the second grid axis:
-``j = jl*nsplit + jb``); each keeps its rows in OpenCL vectors (``V`` rows, ``U``
-vectors, as ``kernel_vec_cpu``) and writes its partial accumulators to a global
+dealt to ``nsplit`` work-items per block of rows (the second grid axis ``jb``) in tiles
+of ``tile`` consecutive terms, cyclically (``j = (jt*nsplit + jb)*tile + jj``: each
+work-item streams its own stretches of the j-variables; ``tile = 1`` deals single terms);
+each keeps its rows in OpenCL vectors (``V`` rows, ``U`` vectors, as ``kernel_vec_cpu``)
+and writes its partial accumulators to a global
 ``(terms, M, nsplit)`` buffer (never ``M x N``). After a global barrier a second device
 kernel of the same translation unit combines the partials of each row, correctly for
 every reduction kind (argmin ties by index, log-sum-exp pairs rescaled).
@@ -37,7 +39,7 @@ def _space(e: Any, device: Any) -> ParameterSpace:
     nv = 1 if isinstance(form, str) else form.nvalues
     return ParameterSpace(
         V=Choice([4, 8, 16]), U=IntRange(1, 2), nsplit=PowersOfTwo(2, 256),
-        denorms_are_zero=Boolean(),
+        tile=Choice([1, 8, 16, 64, 256, 1024, 4096]), denorms_are_zero=Boolean(),
         constraints=[Constraint(
             "registers", lambda p: p["U"] * nv <= kt.MAX_ACCUMULATORS,
             f"U x {nv} accumulators <= {kt.MAX_ACCUMULATORS}")],
@@ -48,14 +50,15 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     form = kt.analyze(e)
     single = not isinstance(form, str) and form.dtype.itemsize == 4
     return {"V": 16 if single else 8, "U": 1, "nsplit": 4 * max(1, device.compute_units),
-            "denorms_are_zero": single}
+            "tile": 1024, "denorms_are_zero": single}
 
 
 def _apply(t_unit: lp.TranslationUnit, params: dict[str, Any], e: Any, device: Any
            ) -> lp.TranslationUnit:
     """Rows in vectors, the reduction dealt to nsplit work-items, partials combined by a
     second kernel: KeOps' GpuConv2D."""
-    return kt.vec_kernel(e, params["V"], params["U"], nsplit=params["nsplit"])
+    return kt.vec_kernel(e, params["V"], params["U"], nsplit=params["nsplit"],
+                         tile=params["tile"])
 
 
 RECIPE = Recipe("tiled_2d", applies=_applies, space=_space, default=_default, apply=_apply)

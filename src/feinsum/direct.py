@@ -174,7 +174,14 @@ class CompiledEinsum:
         self._cl_device, self.device = _device(device)
         self._db = _database(db)
         self._recipes = {r.name: r for r in recipes()}
-        if isinstance(recipe, str):
+        from feinsum.measurement import UNTRANSFORMED
+
+        self._untransformed = recipe == UNTRANSFORMED
+        if self._untransformed:
+            if params:
+                raise RecipeError("the untransformed kernel takes no params=")
+            recipe = None
+        elif isinstance(recipe, str):
             recipe = self._recipes.get(recipe) or get_recipe(recipe)
         elif recipe is not None and not isinstance(recipe, Recipe):
             raise RecipeError(f"recipe= takes a recipe name or a Recipe, got {recipe!r}")
@@ -232,6 +239,10 @@ class CompiledEinsum:
         from feinsum.measurement import UNTRANSFORMED
 
         r = self._recipe
+        if self._untransformed:
+            from feinsum.measurement import untransformed_version
+
+            return Choice("given", None, untransformed_version())
         if r is not None and self._params is not None:
             params = r.check({**r.default(self.canonical, self.device), **self._params},
                              self.canonical, self.device)
@@ -258,26 +269,30 @@ class CompiledEinsum:
                     note = f"the {answer.rung} record ({rec.recipe_name}) was not usable: {exc}"
         return self._default(note)
 
-    def _default(self, note: str = "") -> Choice:
+    def _default(self, note: str = "", skip: frozenset[str] = frozenset()) -> Choice:
+        """The first applicable recipe's default (the hook's order), recipes in *skip*
+        (failed here) left out; the untransformed kernel when none is left."""
         from feinsum.hook.choice import default_choices, ordered_recipes
 
         if self._recipe is not None:
             r = self._recipe
             return Choice("default", r.name, r.version,
                           dict(r.default(self.canonical, self.device)), note=note)
-        choices, why = default_choices(self.canonical, self.device,
-                                       list(self._recipes.values()))
+        candidates = [r for r in self._recipes.values() if r.name not in skip]
+        choices, why = default_choices(self.canonical, self.device, candidates)
         if choices:
             ch = choices[0]
             return Choice("default", ch.recipe.name, ch.recipe.version, dict(ch.params),
                           note=note)
         # the hook never picks recipes with host-side inputs; a direct call prepares them
-        for r in ordered_recipes(list(self._recipes.values())):
+        for r in ordered_recipes(candidates):
             if r.has_prepare and r.applies(self.canonical, self.device) is None:
                 return Choice("default", r.name, r.version,
                               dict(r.default(self.canonical, self.device)), note=note)
         note = "; ".join(n for n in (note, f"no recipe applies ({why})") if n)
-        return Choice("default", None, None, {}, note=note)
+        from feinsum.measurement import untransformed_version
+
+        return Choice("default", None, untransformed_version(), {}, note=note)
 
     def _recipe_of(self, choice: Choice) -> Recipe | None:
         if choice.recipe is None:
@@ -290,14 +305,18 @@ class CompiledEinsum:
 
     # {{{ executors
 
+    def _executor_key(self, choice: Choice, ctx: Any) -> tuple[Any, ...]:
+        from feinsum.recipes import canonical_json
+
+        return (self.canonical_key, self.device.key, choice.recipe, choice.recipe_version,
+                canonical_json(dict(choice.params)), ctx)
+
     def _executor(self, choice: Choice, ctx: Any) -> Any:
         import loopy as lp
 
         from feinsum.lowering import generate_loopy
-        from feinsum.recipes import canonical_json
 
-        key = (self.canonical_key, self.device.key, choice.recipe, choice.recipe_version,
-               canonical_json(dict(choice.params)), ctx)
+        key = self._executor_key(choice, ctx)
         with _LOCK:
             ex = _EXECUTORS.get(key)
             if ex is not None:
@@ -489,22 +508,32 @@ class CompiledEinsum:
         canon = {self._arrays[k]: v for k, v in values.items()}
         canon.update({self._symbols[s]: np.int32(v) for s, v in lengths.items()})
         canon.update({s: np.int32(v) for s, v in self._fixed.items()})
-        try:
-            out = self._run(choice, queue, canon, ranges, on_device)
-        except (RecipeFailure, InvalidConfigurationError) as exc:
-            if choice.rung in ("default", "given"):
-                raise
-            choice = self._default(f"{choice.rung} record failed: {exc}")
-            with _LOCK:
-                self._choices[key] = choice
-            out = self._run(choice, queue, canon, ranges, on_device)
+        failed: set[str] = set()
+        while True:
+            try:
+                out = self._run(choice, queue, canon, ranges, on_device)
+                break
+            except (RecipeFailure, InvalidConfigurationError) as exc:
+                # a record or default that fails here: the next default, at worst the
+                # untransformed kernel; a configuration the caller forced fails loudly
+                if choice.recipe is None or self._recipe is not None:
+                    raise
+                failed.add(choice.recipe)
+                note = f"{choice.recipe} ({choice.rung}) failed: {exc}"
+                choice = self._default("; ".join(n for n in (choice.note, note) if n),
+                                       frozenset(failed))
+                with _LOCK:
+                    self._choices[key] = choice
         self.last_choice = choice
         return self._results(out)
 
     def _run(self, choice: Choice, queue: Any, canon: dict[str, Any], ranges: Any,
              on_device: bool) -> dict[str, Any]:
         ctx = queue.context
-        ex = self._executor(choice, ctx)
+        try:
+            ex = self._executor(choice, ctx)
+        except RecipeError as exc:
+            raise RecipeFailure(str(exc)) from exc
         args = dict(canon)
         if self.spec.block_sparse is not None:
             bs = self.canonical.block_sparse
@@ -516,6 +545,8 @@ class CompiledEinsum:
         except FeinsumError:
             raise
         except Exception as exc:  # a build or launch failure of the generated code
+            with _LOCK:
+                _EXECUTORS.pop(self._executor_key(choice, ctx), None)
             raise RecipeFailure(
                 f"running {choice.recipe or 'the untransformed kernel'} {dict(choice.params)} "
                 f"on {self.device.name!r} failed: {type(exc).__name__}: {exc}; pass another "
@@ -566,7 +597,8 @@ def compile(spec: BatchedEinsum, *, device: Any = None, db: Any = None,
     :arg db: the timing database (a :class:`~feinsum.database.Database`, a path or URL;
         None: the default one; ``False``: none, always the recipes' defaults).
     :arg recipe: run this recipe (a name or :class:`~feinsum.Recipe`): its best record,
-        else its default.
+        else its default; ``"untransformed"``: the reference kernel of
+        :func:`feinsum.generate_loopy`.
     :arg params: with *recipe*: parameters overriding its default (validated now).
 
     >>> import numpy as np, feinsum

@@ -551,7 +551,7 @@ def short_index(a: Array, flat: int, long_idx: Any) -> tuple[Any, ...]:
 
 
 def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
-               nsplit: int = 1) -> Any:
+               nsplit: int = 1, tile: int = 1) -> Any:
     """The CPU vector-layout kernel (``transforms/kernel_vec_cpu.py``): each work-item owns
     ``U`` vectors of ``V`` consecutive output rows, i-variables packed into private
     vectors (rows past the end repeat the last row and are not stored), j-variables
@@ -564,10 +564,13 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
     loop bounds.
 
     ``nsplit > 1`` (KeOps' GpuConv2D, for few rows and many terms): the reduction index
-    is dealt cyclically to ``nsplit`` work-items per row block (``j = jl*nsplit + jb``,
-    second grid axis), which write partial accumulators to a global ``(terms, M,
-    nsplit)`` buffer; after a global barrier, a second device kernel combines them
-    (:meth:`Updater.combine`) and writes the outputs.
+    is dealt to ``nsplit`` work-items per row block (second grid axis ``jb``) in tiles
+    of ``tile`` consecutive terms, cyclically (``j = (jt*nsplit + jb)*tile + jj``), so
+    each work-item reads its own stretches of the j-variables (``tile = 1``: every
+    ``nsplit``-th term, which makes every work-item touch every cache line). They write
+    partial accumulators to a global ``(terms, M, nsplit)`` buffer; after a global
+    barrier, a second device kernel combines them (:meth:`Updater.combine`) and writes
+    the outputs.
     """
     import loopy as lp
 
@@ -578,7 +581,13 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
     assert not isinstance(form, str), form
     upd = Updater(e.reduction, form.dtype)
     ii, io = var("ii"), var("io")
-    j = var("jl") * nsplit + var("jb") if split else var("j")
+    tiled = split and tile > 1
+    if tiled:
+        j: Any = (var("jt") * nsplit + var("jb")) * tile + var("jj")
+    elif split:
+        j = var("jl") * nsplit + var("jb")
+    else:
+        j = var("j")
     i_names = {a.name: a for a in form.i_arrays}
     temps: list[Any] = []
     insns: list[Any] = []
@@ -643,6 +652,7 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
         aux_dt = upd.index_dtype if e.reduction in INDEX_REDUCTIONS else form.dtype
         temps.append(lp.TemporaryVariable("aux", aux_dt, shape=(U, nt, V), dim_tags=_VEC3))
     hot = frozenset({"io", "s", "j", "ii"} if block_sparse else
+                    {"io", "jb", "jt", "jj", "ii"} if tiled else
                     {"io", "jb", "jl", "ii"} if split else {"io", "j", "ii"})
     hot_deps = {"jstart", "jend"} if block_sparse else set()
     fac_temps: dict[Any, str] = {}
@@ -781,8 +791,10 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
             lanes,
             # jl's domain under jb's: work-items without terms (jb >= N) still store
             f"{{[jb]: 0 <= jb < {nsplit}}}",
-            "[" + ", ".join(dict.fromkeys([*params, "jb"])) + "] -> "
-            f"{{[jl]: 0 <= jl and {nsplit}*jl + jb < {form.n}}}",
+            "[" + ", ".join(dict.fromkeys([*params, "jb"])) + "] -> " + (
+                f"{{[jt, jj]: 0 <= jt and 0 <= jj < {tile} and "
+                f"{nsplit * tile}*jt + {tile}*jb + jj < {form.n}}}" if tiled else
+                f"{{[jl]: 0 <= jl and {nsplit}*jl + jb < {form.n}}}"),
             f"{pre}{{[r2, jb2]: 0 <= r2 < {form.m} and 0 <= jb2 < {nsplit}}}",
         ]
     else:
