@@ -20,7 +20,7 @@ from feinsum.recipes import (
 )
 from feinsum.tuning import Exhaustive, ModelBased, RandomSearch, autotune
 from feinsum.tuning.session import _Arm, _choose
-from feinsum.tuning.strategies import _Encoding
+from feinsum.tuning.strategies import _Encoding, restrict
 
 TEST_RECIPES = Path(__file__).parent / "recipes_for_tests"
 
@@ -106,6 +106,17 @@ def test_encoding_roundtrip():
     for p in sp.enumerate():
         assert sp.validate(enc.decode(enc.encode(p))) == sp.validate(p)
     assert set(enc.distributions) == {"t[0]", "t[1]", "flag", "n"}
+
+
+def test_restrict_pins_parameters_and_keeps_constraints():
+    sp = restrict(space(), {"a": 64, "d": "y"})
+    got = list(sp.enumerate())
+    assert {p["a"] for p in got} == {64} and {p["d"] for p in got} == {"y"}
+    assert {p["b"] for p in got} == {1, 2, 4}  # a*b <= 256 still holds
+    with pytest.raises(ValueError, match="unknown"):
+        restrict(space(), {"zz": 1})
+    with pytest.raises(ValueError):
+        restrict(space(), {"a": 3})
 
 
 def test_arms_try_every_recipe_then_favour_the_fastest():

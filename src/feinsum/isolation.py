@@ -80,6 +80,10 @@ def worker_main(fd: int) -> None:
         conn.send(("phase", name))
 
     state = DeviceState.open(DeviceInfo.from_dict(info_dict))
+    import feinsum.lowering
+    import feinsum.recipes
+    import feinsum.reference  # noqa: F401  (warm: every candidate needs them)
+
     conn.send(("ready", os.getpid()))
     prepared: Prepared | None = None
     while True:

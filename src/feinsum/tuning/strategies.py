@@ -227,12 +227,15 @@ def _slot_name(name: str, k: int | None) -> str:
 
 class ModelBased(Strategy):
     """optuna's TPE sampler (multivariate, constant liar for proposals in flight) through
-    ask/tell; the default is evaluated first and known results seed the model."""
+    ask/tell, with local refinement: the default is evaluated first, known results seed the
+    model, and every *local_every*-th proposal (once *n_startup* results are in) is an
+    unseen neighbour of the best configuration so far (one parameter one step away), which
+    finds the last few percent TPE's density model leaves on the table."""
 
     name = "model"
 
-    def __init__(self, space: ParameterSpace, *, n_startup: int = 8, max_retries: int = 200,
-                 **kwargs: Any) -> None:
+    def __init__(self, space: ParameterSpace, *, n_startup: int = 8, local_every: int = 3,
+                 max_retries: int = 200, **kwargs: Any) -> None:
         super().__init__(space, **kwargs)
         import optuna
 
@@ -243,13 +246,24 @@ class ModelBased(Strategy):
             constant_liar=True,
         )
         self.study = optuna.create_study(direction="minimize", sampler=sampler)
-        self._pending: dict[str, Any] = {}
+        self._pending: dict[str, Any] = {}  # key -> its optuna trial (None: not asked of it)
+        self._values: dict[str, float] = {}  # key -> objective told
+        self._best: tuple[float, Config] | None = None
+        self._n_startup, self._local_every, self._asked = n_startup, local_every, 0
         self._max_retries = max_retries
         self._rng = np.random.default_rng(self.seed + 7919)
         for config, value in self.known:
             self._add(config, value)
         if self.default is not None and self._fresh(self.default):
             self.study.enqueue_trial(self._enc.encode(self.space.validate(self.default)))
+
+    def _note(self, config: Mapping[str, Any], seconds: float | None) -> None:
+        key = self._key(config)
+        if key is None:
+            return
+        self._values[key] = _objective(seconds)
+        if seconds is not None and (self._best is None or seconds < self._best[0]):
+            self._best = (seconds, self.space.validate(config))
 
     def _add(self, config: Mapping[str, Any], seconds: float | None) -> None:
         import optuna
@@ -260,17 +274,33 @@ class ModelBased(Strategy):
             return  # not in this space
         self.study.add_trial(optuna.trial.create_trial(
             params=params, distributions=self._enc.distributions, value=_objective(seconds)))
+        self._note(config, seconds)
+
+    def _neighbour(self) -> Config | None:
+        """An unseen neighbour of the best configuration so far, if it is time for one."""
+        self._asked += 1
+        if (self._best is None or len(self._values) < self._n_startup
+                or self._asked % self._local_every):
+            return None
+        return next((c for c in self.space.neighbors(self._best[1]) if self._fresh(c)), None)
 
     def ask(self) -> Config | None:
+        import optuna
+
+        local = self._neighbour()
+        if local is not None:
+            self._pending[self.space.canonical(local)] = None
+            return self._take(local)
         for _ in range(self._max_retries):
             trial = self.study.ask(self._enc.distributions)
             config = self._enc.decode(trial.params)
             key = self._key(config)
             if key is None:  # violates a constraint: a failure, at once
                 self.study.tell(trial, FAILURE_VALUE)
-            elif key in self.seen:
-                # proposed again: tell what is known of it (the pending liar if in flight)
-                self.study.tell(trial, self._known_value(key))
+            elif key in self._values:  # proposed again: what is known of it
+                self.study.tell(trial, self._values[key])
+            elif key in self.seen:  # in flight (or measured without a result here)
+                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             else:
                 self._pending[key] = trial
                 return self._take(config)
@@ -282,12 +312,6 @@ class ModelBased(Strategy):
         self._pending[self.space.canonical(fallback)] = None
         return self._take(fallback)
 
-    def _known_value(self, key: str) -> float:
-        for t in self.study.trials:
-            if t.value is not None and self._key(self._enc.decode(t.params)) == key:
-                return float(t.value)
-        return FAILURE_VALUE
-
     def tell(self, config: Mapping[str, Any], seconds: float | None) -> None:
         key = self._key(config)
         if key is None:
@@ -297,6 +321,7 @@ class ModelBased(Strategy):
             self._add(config, seconds)
         else:
             self.study.tell(trial, _objective(seconds))
+            self._note(config, seconds)
 
 
 def _objective(seconds: float | None) -> float:
