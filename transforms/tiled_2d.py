@@ -49,7 +49,10 @@ def _space(e: Any, device: Any) -> ParameterSpace:
 def _default(e: Any, device: Any) -> dict[str, Any]:
     form = kt.analyze(e)
     single = not isinstance(form, str) and form.dtype.itemsize == 4
-    return {"V": 16 if single else 8, "U": 1, "nsplit": 4 * max(1, device.compute_units),
+    # many more work-groups than cores: PoCL hands them out as cores free up, so a core
+    # shared with another process does not hold the others back
+    nsplit = min(256, 16 * max(1, device.compute_units))
+    return {"V": 16 if single else 8, "U": 1, "nsplit": 1 << (nsplit.bit_length() - 1),
             "tile": 1024, "denorms_are_zero": single}
 
 
