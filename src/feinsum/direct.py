@@ -21,6 +21,11 @@ host (launch tables) and keeps all of that, keyed by the ranges' content, for th
 call. The first half of the 6-tuple describes the *output* clusters; for a reduction
 over KeOps' ``i`` axis pass :func:`feinsum.ranges.swap_axes` of it.
 
+A configuration that fails to build or run (a record, or a default) is dropped for the
+next default in the same order, at worst the untransformed reference kernel (the reason
+is in :attr:`CompiledEinsum.last_choice`'s ``note``); one forced by ``recipe=`` fails
+with :class:`~feinsum.RecipeFailure`.
+
 Each distinct set of lengths picks its configuration once (one database query); the
 loopy executors are cached per process by (canonical key, device, recipe, recipe
 version, parameters, context), so isomorphic specs share one build. Inputs that do not
