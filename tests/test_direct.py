@@ -11,6 +11,7 @@ import pytest
 
 import feinsum
 from feinsum import direct
+from feinsum.direct_inputs import RANGE_NAMES
 from feinsum.reductions import kernel_reduction
 from feinsum.reference import evaluate
 
@@ -153,7 +154,7 @@ def test_block_sparse_ranges(cl_device: Any, rng: np.random.Generator) -> None:
     e = gauss(block_sparse=True)
     f = fcompile(e, device=cl_device, db=False)
     a, rg = _clustered(rng, 300, 0.4)
-    want = evaluate(e, {**a, **dict(zip(direct._RANGE_NAMES, rg[:3], strict=True))})
+    want = evaluate(e, {**a, **dict(zip(RANGE_NAMES, rg[:3], strict=True))})
     before = direct.cache_info()
     close(f(**a, ranges=rg), want["out0"])
     assert f.last_choice is not None and f.last_choice.recipe == "block_sparse"
@@ -162,7 +163,7 @@ def test_block_sparse_ranges(cl_device: Any, rng: np.random.Generator) -> None:
     assert direct.cache_info()["prepares"] - before["prepares"] == 1
     # int32 ranges, another clustering: prepared again, same executor
     a2, rg2 = _clustered(rng, 250, 0.6, np.int32)
-    want2 = evaluate(e, {**a2, **dict(zip(direct._RANGE_NAMES, rg2[:3], strict=True))})
+    want2 = evaluate(e, {**a2, **dict(zip(RANGE_NAMES, rg2[:3], strict=True))})
     builds = direct.cache_info()["builds"]
     close(f(**a2, ranges=rg2), want2["out0"])
     assert direct.cache_info()["builds"] == builds
@@ -178,7 +179,7 @@ def test_block_sparse_argmin(cl_device: Any, rng: np.random.Generator) -> None:
     a, rg = _clustered(rng, 200, 0.4)
     a = {"x": a["x"], "y": a["y"]}
     value, index = fcompile(e, device=cl_device, db=False)(**a, ranges=rg)
-    want = evaluate(e, {**a, **dict(zip(direct._RANGE_NAMES, rg[:3], strict=True))})
+    want = evaluate(e, {**a, **dict(zip(RANGE_NAMES, rg[:3], strict=True))})
     close(value, want["out0"])
     np.testing.assert_array_equal(index, want["out0_index"])
 

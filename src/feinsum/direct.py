@@ -35,14 +35,20 @@ fit the spec raise :class:`~feinsum.EvaluationError` naming the array and the fi
 from __future__ import annotations
 
 import collections
-import hashlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from feinsum.direct_inputs import (
+    bind_arrays,
+    check_array,
+    int32_ranges,
+    is_cl_array,
+    range_arrays,
+)
 from feinsum.errors import (
     DeviceError,
     EvaluationError,
@@ -51,7 +57,7 @@ from feinsum.errors import (
     RecipeError,
     RecipeFailure,
 )
-from feinsum.spec import INDEX_REDUCTIONS, Array, BatchedEinsum
+from feinsum.spec import INDEX_REDUCTIONS, BatchedEinsum
 
 if TYPE_CHECKING:
     from feinsum.database import Database
@@ -63,7 +69,6 @@ EXECUTOR_CACHE_SIZE = 64
 #: Prepared range inputs kept per compiled einsum.
 RANGES_CACHE_SIZE = 16
 _INT32_MAX = 2**31 - 1
-_RANGE_NAMES = ("ranges_i", "slices_i", "redranges_j")
 
 
 @dataclass(frozen=True)
@@ -136,18 +141,6 @@ def _device(device: Any) -> tuple[Any, DeviceInfo]:
 
 
 # }}}
-
-
-def _is_cl_array(v: Any) -> bool:
-    try:
-        import pyopencl.array as cla
-    except ImportError:  # pragma: no cover - pyopencl is a dependency
-        return False
-    return isinstance(v, cla.Array)
-
-
-def _shape_text(a: Array) -> str:
-    return "(" + ", ".join(map(str, a.shape)) + ("," if a.ndim == 1 else "") + ")"
 
 
 class CompiledEinsum:
@@ -342,70 +335,7 @@ class CompiledEinsum:
 
     # }}}
 
-    # {{{ inputs
-
-    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        arrays = self.spec.arrays
-        names = [a.name for a in arrays]
-        if len(args) > len(arrays):
-            raise EvaluationError(f"{len(args)} positional arrays given but the spec has "
-                                  f"{len(arrays)} ({', '.join(names)})")
-        bound = dict(zip(names, args, strict=False))
-        for k, v in kwargs.items():
-            if k not in names:
-                raise EvaluationError(f"unknown array {k!r}; the spec's arrays are "
-                                      f"{', '.join(names)}")
-            if k in bound:
-                raise EvaluationError(f"array {k!r} given both by position and by name")
-            bound[k] = v
-        missing = [a for a in arrays if a.name not in bound]
-        if missing:
-            a = missing[0]
-            raise EvaluationError(
-                f"missing array {a.name!r} (shape {_shape_text(a)}, {a.dtype}); pass it as "
-                f"{a.name}=... (arrays given: {', '.join(sorted(bound)) or 'none'})")
-        return bound
-
-    def _check(self, a: Array, v: Any, symbols: dict[str, tuple[int, str]]) -> Any:
-        if a.ndim == 0:
-            if _is_cl_array(v):
-                v = v.get()
-            x = np.asarray(v)
-            if x.ndim != 0 or (x.dtype.kind == "c" and a.dtype.kind != "c") or (
-                    x.dtype.kind not in "biufc"):
-                raise EvaluationError(f"{a.name!r} is a scalar of dtype {a.dtype}; got "
-                                      f"{type(v).__name__} {getattr(x, 'shape', '')}")
-            return a.dtype.type(x)
-        cl = _is_cl_array(v)
-        x = v if cl else np.asarray(v)
-        if x.ndim != a.ndim:
-            raise EvaluationError(
-                f"array {a.name!r} has shape {tuple(x.shape)} but the spec gives "
-                f"{_shape_text(a)}; pass an array of rank {a.ndim}")
-        for k, (n, got) in enumerate(zip(a.shape, x.shape, strict=True)):
-            if isinstance(n, int):
-                if got != n:
-                    raise EvaluationError(
-                        f"array {a.name!r} has shape {tuple(x.shape)} but the spec gives "
-                        f"{_shape_text(a)} (axis {k} must have length {n})")
-            elif n in symbols and symbols[n][0] != got:
-                raise EvaluationError(
-                    f"length {n!r} is {symbols[n][0]} in {symbols[n][1]} but {got} in "
-                    f"array {a.name!r} (axis {k}); arrays sharing a length must agree")
-            else:
-                symbols.setdefault(n, (int(got), f"array {a.name!r} (axis {k})"))
-        if x.dtype != a.dtype:
-            raise EvaluationError(
-                f"array {a.name!r} has dtype {x.dtype} but the spec gives {a.dtype}; pass "
-                f"{a.name}.astype(np.{a.dtype.name}) (or build the spec with that dtype)")
-        if cl:
-            ok = x.flags.f_contiguous if a.order == "F" else x.flags.c_contiguous
-            if not ok:
-                raise EvaluationError(f"pyopencl array {a.name!r} is not "
-                                      f"{'Fortran' if a.order == 'F' else 'C'}-contiguous; "
-                                      "pass a contiguous copy")
-            return x
-        return np.asfortranarray(x) if a.order == "F" else np.ascontiguousarray(x)
+    # {{{ range inputs
 
     def _range_inputs(self, ranges: Any, m: int, n: int, choice: Choice, ctx: Any,
                       queue: Any, canonical_arrays: dict[str, Any]) -> dict[str, Any]:
@@ -413,39 +343,17 @@ class CompiledEinsum:
         inputs, cached by content."""
         import pyopencl.array as cla
 
-        from feinsum.ranges import check_ranges
-
-        if not isinstance(ranges, (tuple, list)) or len(ranges) not in (3, 6):
-            raise EvaluationError(
-                "ranges= takes KeOps' 6-tuple (ranges_i, slices_i, redranges_j, ranges_j, "
-                "slices_j, redranges_i), e.g. from feinsum.ranges.from_pairs, or its first "
-                f"three arrays; got {type(ranges).__name__}"
-                + (f" of length {len(ranges)}" if isinstance(ranges, (tuple, list)) else ""))
-        host = []
-        for name, r in zip(_RANGE_NAMES, ranges[:3], strict=True):
-            x = r.get() if _is_cl_array(r) else np.asarray(r)
-            if x.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
-                raise EvaluationError(f"ranges: {name} must be int32 or int64, got {x.dtype}")
-            host.append(np.ascontiguousarray(x))
-        digest = hashlib.blake2b(digest_size=16)
-        for x in host:
-            digest.update(repr((x.dtype.str, x.shape)).encode())
-            digest.update(x.tobytes())
+        host, digest = range_arrays(ranges)
         from feinsum.recipes import canonical_json
 
-        key = (digest.hexdigest(), m, n, choice.recipe, canonical_json(dict(choice.params)),
+        key = (digest, m, n, choice.recipe, canonical_json(dict(choice.params)),
                ctx)
         with _LOCK:
             hit = self._ranges.get(key)
             if hit is not None:
                 self._ranges.move_to_end(key)
                 return hit
-        try:
-            check_ranges(host[0], host[1], host[2], m, n)
-        except (ValueError, TypeError, FeinsumError) as exc:
-            raise EvaluationError(f"ranges do not fit an {m} x {n} reduction: {exc}") from exc
-        ri, sl, rr = (x.astype(np.int32).reshape(s) for x, s in
-                      zip(host, ((-1, 2), (-1,), (-1, 2)), strict=True))
+        ri, sl, rr = int32_ranges(host, m, n)
         extra: dict[str, Any] = {"nranges_i": np.int32(ri.shape[0]),
                                  "nredranges_j": np.int32(rr.shape[0])}
         recipe = self._recipe_of(choice)
@@ -482,9 +390,9 @@ class CompiledEinsum:
 
     def __call__(self, *args: Any, ranges: Any = None, queue: Any = None,
                  **kwargs: Any) -> Any:
-        bound = self._bind(args, kwargs)
+        bound = bind_arrays(self.spec, args, kwargs)
         symbols: dict[str, tuple[int, str]] = {}
-        values = {a.name: self._check(a, bound[a.name], symbols) for a in self.spec.arrays}
+        values = {a.name: check_array(a, bound[a.name], symbols) for a in self.spec.arrays}
         lengths = {s: got for s, (got, _) in symbols.items()}
         too_long = [s for s, v in lengths.items() if v > _INT32_MAX]
         if too_long:
@@ -496,9 +404,9 @@ class CompiledEinsum:
         if self.spec.block_sparse is not None and ranges is None:
             raise EvaluationError("this block-sparse spec needs ranges=: KeOps' 6-tuple, e.g. "
                                   "feinsum.ranges.from_pairs(...)")
-        on_device = any(_is_cl_array(v) for v in values.values())
+        on_device = any(is_cl_array(v) for v in values.values())
         if queue is None:
-            queue = next((v.queue for v in values.values() if _is_cl_array(v)
+            queue = next((v.queue for v in values.values() if is_cl_array(v)
                           and v.queue is not None), None)
             if queue is None:
                 queue = self._default_queue()
