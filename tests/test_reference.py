@@ -171,3 +171,17 @@ def test_complex_orderings_rejected() -> None:
 # }}}
 
 # vim: foldmethod=marker
+
+
+@pytest.mark.parametrize("reduction", ["sum", "min", "max", "argmin", "logsumexp"])
+def test_empty_reduction_gives_the_neutral_value(reduction: str) -> None:
+    x = fs.array("x", ("M", 3), np.float32)
+    y = fs.array("y", ("N", 3), np.float32)
+    k = fs.formula("K", "ij", "sum(d, (x[i,d] - y[j,d])**2)", [x, y])
+    e = fs.einsum("ij->i", k, reduction=reduction)
+    out = evaluate(e, {"x": np.ones((3, 3), np.float32), "y": np.ones((0, 3), np.float32)})
+    expected = {"sum": 0.0, "min": np.inf, "argmin": np.inf, "max": -np.inf,
+                "logsumexp": -np.inf}[reduction]
+    np.testing.assert_array_equal(out["out0"], np.full(3, expected, np.float32))
+    if reduction == "argmin":
+        np.testing.assert_array_equal(out["out0_index"], np.full(3, -1, np.int32))

@@ -32,7 +32,7 @@ class NotIsomorphicError(FeinsumError):
 
 
 class EvaluationError(FeinsumError):
-    """Arrays passed to :func:`feinsum.evaluate` do not fit the specification."""
+    """Arrays passed to :func:`feinsum.evaluate` or a compiled call do not fit the specification."""
 
 
 class EinsumMatchError(FeinsumError):

@@ -311,9 +311,13 @@ def depends_on(expr: Any, names: set[str]) -> bool:
 
 
 def neutral_value(kind: str, dtype: np.dtype[Any]) -> Any:
-    """The value of an empty reduction: 0, +inf (min), -inf (max, logsumexp)."""
+    """The value of an empty reduction: 0, +inf (min), -inf (max, logsumexp); the extreme
+    values of integer dtypes."""
     if kind == "sum":
         return dtype.type(0)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return dtype.type(info.max if kind in ("min", "argmin") else info.min)
     if kind in ("min", "argmin"):
         return dtype.type(np.inf)
     return dtype.type(-np.inf)

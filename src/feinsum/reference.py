@@ -316,7 +316,7 @@ def _combine(kind: str, acc: tuple[np.ndarray, np.ndarray | None],
 def _block_sizes(lengths: list[int], budget: int) -> list[int]:
     """Block length per axis (in splitting priority order) so the block holds at most
     *budget* elements (at least one per axis)."""
-    sizes = list(lengths)
+    sizes = [max(1, n) for n in lengths]  # a zero length still needs a nonzero step
     for k in range(len(sizes)):
         if math.prod(sizes) <= budget:
             break
@@ -362,6 +362,7 @@ def evaluate(
         return dict(_block_sparse_module().evaluate_block_sparse(e, arrays))
 
     from feinsum.formulas import feature_indices
+    from feinsum.kernel_templates import neutral_value
     from feinsum.lowering import check_reduction_dtypes, compute_dtype
 
     check_reduction_dtypes(e)
@@ -375,9 +376,11 @@ def evaluate(
             results[f"out{r}"] = _einsum_row(e, r, values).astype(e.value_dtype(r), copy=False)
         else:
             general.append(r)
-            results[f"out{r}"] = np.empty(out_shape, e.value_dtype(r))
+            dt = e.value_dtype(r)
+            # what an empty reduction gives (a runtime length of 0); blocks overwrite the rest
+            results[f"out{r}"] = np.full(out_shape, neutral_value(e.reduction, dt), dt)
             if e.reduction in INDEX_REDUCTIONS:
-                results[f"out{r}_index"] = np.empty(out_shape, np.int32)
+                results[f"out{r}_index"] = np.full(out_shape, -1, np.int32)
     if not general:
         return _ordered(e, results)
 
