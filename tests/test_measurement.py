@@ -30,7 +30,7 @@ def test_timing_stats():
     assert s.noisy
     quiet = TimingStats.from_samples([2.0, 2.01, 2.02, 2.0, 2.0])
     assert not quiet.noisy and quiet.spread < 0.02
-    with pytest.raises(ValueError):
+    with pytest.raises(f.TuningError):
         TimingStats.from_samples([])
 
 
@@ -72,7 +72,7 @@ def test_small_lengths_respect_assumptions():
 def test_options_overrides():
     o = MeasureOptions().with_overrides(min_samples=3)
     assert o.min_samples == 3 and o.min_time == 0.2
-    with pytest.raises(TypeError, match="no_such"):
+    with pytest.raises(f.TuningError, match="no_such"):
         MeasureOptions().with_overrides(no_such=1)
 
 

@@ -106,7 +106,8 @@ class MeasureOptions:
     def with_overrides(self, **kwargs: Any) -> MeasureOptions:
         unknown = set(kwargs) - set(self.__dataclass_fields__)
         if unknown:
-            raise TypeError(f"unknown measurement option(s): {', '.join(sorted(unknown))}")
+            raise TuningError(f"unknown measurement option(s): {', '.join(sorted(unknown))}; "
+                              f"known: {', '.join(self.__dataclass_fields__)}")
         return replace(self, **kwargs)
 
 
@@ -126,7 +127,7 @@ class TimingStats:
     def from_samples(cls, samples: list[float] | tuple[float, ...], spread_limit: float = 0.2
                      ) -> TimingStats:
         if not samples:
-            raise ValueError("no timing samples")
+            raise TuningError("no timing samples")
         a = np.asarray(samples, dtype=float)
         med = float(np.median(a))
         p90 = float(np.percentile(a, 90))

@@ -281,6 +281,13 @@ def autotune(
     from feinsum.roofline import measure_roofline
     from feinsum.tuning.peers import time_peers
 
+    from feinsum.tuning.strategies import STRATEGIES
+
+    if strategy != "auto" and strategy not in STRATEGIES:
+        raise TuningError(f"unknown strategy {strategy!r}; one of auto, "
+                          f"{', '.join(STRATEGIES)}")
+    if budget is not None and budget < 1:
+        raise TuningError(f"budget must be at least 1, got {budget}")
     t_start = time.monotonic()
     dev = get_device(device)
     info = device_info(dev)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from feinsum.errors import TuningError
 from feinsum.recipes import (
     Boolean,
     Choice,
@@ -58,11 +59,14 @@ def restrict(space: ParameterSpace, fixed: Mapping[str, Any]) -> ParameterSpace:
     """*space* with the parameters in *fixed* pinned to one value (constraints kept)."""
     unknown = set(fixed) - set(space.params)
     if unknown:
-        raise ValueError(f"cannot fix unknown parameter(s) {', '.join(sorted(unknown))}; "
-                         f"the space has {', '.join(space.names)}")
+        raise TuningError(f"cannot fix unknown parameter(s) {', '.join(sorted(unknown))}; "
+                          f"the space has {', '.join(space.names)}")
     params = dict(space.params)
     for name, value in fixed.items():
-        v = params[name].normalize(value)
+        try:
+            v = params[name].normalize(value)
+        except (ValueError, TypeError) as exc:
+            raise TuningError(f"cannot fix {name}={value!r}: {exc}") from None
         params[name] = (TupleOf(*(Choice([x]) for x in v)) if isinstance(v, tuple)
                         else Choice([v]))
     return ParameterSpace(params, space.constraints)
@@ -343,7 +347,7 @@ def make_strategy(kind: str, space: ParameterSpace, **kwargs: Any) -> Strategy:
     try:
         cls = STRATEGIES[kind]
     except KeyError:
-        raise ValueError(
+        raise TuningError(
             f"unknown strategy {kind!r}; one of {', '.join(STRATEGIES)} or 'auto'") from None
     return cls(space, **kwargs)
 
