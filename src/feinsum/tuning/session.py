@@ -26,7 +26,13 @@ from feinsum.measurement import (
     TimingStats,
     random_inputs,
 )
-from feinsum.tuning.strategies import Strategy, make_strategy, restrict, valid_count
+from feinsum.tuning.strategies import (
+    STRATEGIES,
+    Strategy,
+    make_strategy,
+    restrict,
+    valid_count,
+)
 
 if TYPE_CHECKING:
     from feinsum.devices import DeviceInfo
@@ -280,8 +286,6 @@ def autotune(
     from feinsum.devices import device_info, get_device
     from feinsum.roofline import measure_roofline
     from feinsum.tuning.peers import time_peers
-
-    from feinsum.tuning.strategies import STRATEGIES
 
     if strategy != "auto" and strategy not in STRATEGIES:
         raise TuningError(f"unknown strategy {strategy!r}; one of auto, "
