@@ -141,11 +141,12 @@ def test_space_json() -> None:
     assert back.params == sp.params
 
 
-def test_constraint_that_raises_is_a_violation() -> None:
+def test_constraint_that_raises_is_a_recipe_failure() -> None:
     sp = ParameterSpace(a=IntRange(0, 2), constraints=[Constraint("div", lambda p: 1 / p["a"] > 0)])
     assert sp.is_valid({"a": 1})
-    with pytest.raises(InvalidConfigurationError, match="'div' raised ZeroDivisionError"):
+    with pytest.raises(RecipeFailure, match="'div' raised ZeroDivisionError") as info:
         sp.validate({"a": 0})
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
 
 
 # }}}

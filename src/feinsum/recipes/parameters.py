@@ -20,7 +20,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from feinsum.errors import InvalidConfigurationError
+from feinsum.errors import InvalidConfigurationError, RecipeFailure
 
 Config: TypeAlias = dict[str, Any]
 
@@ -394,9 +394,11 @@ class ParameterSpace:
         for c in self.constraints:
             try:
                 ok = c.predicate(normal)
-            except Exception as exc:  # a constraint that cannot be evaluated is violated
-                problems.append(f"constraint {c.name!r} raised {type(exc).__name__}: {exc}")
-                continue
+            except Exception as exc:  # a bug in the recipe, not a property of the config
+                raise RecipeFailure(
+                    f"constraint {c.name!r} raised {type(exc).__name__}: {exc} on "
+                    f"{canonical_json(_jsonable(normal))}"
+                ) from exc
             if not ok:
                 problems.append(c.message(normal))
         return problems
@@ -426,33 +428,70 @@ class ParameterSpace:
 
     def sample(
         self, rng: np.random.Generator | int | None = None, n: int | None = None,
-        max_tries: int = 10_000,
+        max_tries: int = 2_000,
     ) -> Any:
         """A random valid configuration (or a list of *n* distinct ones, fewer if the space
-        has fewer). Rejection sampling; a small space is enumerated instead."""
+        has fewer). A small space is enumerated; otherwise rejection sampling, then (for
+        spaces whose constraints reject almost everything) a randomised depth-first search
+        that checks each constraint as soon as the parameters it reads are chosen."""
         rng = np.random.default_rng(rng)
         count = 1 if n is None else n
         if self.size <= 4 * max(count, 256):
             pool = list(self.enumerate())
-            if not pool:
-                raise InvalidConfigurationError(f"{self!r} has no valid configuration")
             picks = rng.permutation(len(pool))[:count]
             out = [pool[int(k)] for k in picks]
         else:
             out, seen = [], set()
-            for _ in range(max_tries * count):
-                config = {k: p.sample(rng) for k, p in self.params.items()}
-                key = canonical_json(_jsonable(config))
-                if key not in seen and self.is_valid(config):
+
+            def keep(config: Config | None) -> None:
+                key = canonical_json(_jsonable(config)) if config is not None else None
+                if config is not None and key not in seen and self.is_valid(config):
                     seen.add(key)
                     out.append(config)
-                    if len(out) == count:
-                        break
-            if not out:
-                raise InvalidConfigurationError(
-                    f"no valid configuration found in {max_tries} samples of {self!r}"
-                )
+
+            for _ in range(max_tries):
+                keep({k: p.sample(rng) for k, p in self.params.items()})
+                if len(out) == count:
+                    break
+            for _ in range(4 * (count - len(out))):
+                if len(out) == count:
+                    break
+                keep(self._search(rng))
+        if not out:
+            raise InvalidConfigurationError(f"{self!r} has no valid configuration")
         return out[0] if n is None else out
+
+    def _search(self, rng: np.random.Generator, budget: int = 20_000) -> Config | None:
+        """A valid configuration by randomised depth-first search (None if none is found
+        within *budget* partial configurations)."""
+        names = list(self.params)
+        steps = [0]
+
+        def decided_ok(partial: Config) -> bool:
+            view = _Partial(partial)
+            for c in self.constraints:
+                try:
+                    if not c.predicate(view):
+                        return False
+                except Exception:  # reads an unchosen parameter: not decided yet
+                    continue
+            return True
+
+        def rec(k: int, partial: Config) -> Config | None:
+            if k == len(names):
+                return dict(partial)
+            values = list(self.params[names[k]].values())
+            for j in rng.permutation(len(values)):
+                steps[0] += 1
+                if steps[0] > budget:
+                    return None
+                partial[names[k]] = values[int(j)]
+                if decided_ok(partial) and (found := rec(k + 1, partial)) is not None:
+                    return found
+            del partial[names[k]]
+            return None
+
+        return rec(0, {})
 
     def neighbors(self, config: Mapping[str, Any]) -> list[Config]:
         """Valid configurations differing from *config* in one parameter by one step."""
@@ -487,6 +526,13 @@ class ParameterSpace:
     def canonical(self, config: Mapping[str, Any]) -> str:
         """The canonical JSON of a validated configuration."""
         return canonical_json(_jsonable(self.validate(config)))
+
+
+class _Partial(dict):  # type: ignore[type-arg]
+    """A partial configuration: reading an unchosen parameter raises (undecided)."""
+
+    def __missing__(self, key: str) -> Any:
+        raise LookupError(f"{key} not chosen yet")
 
 
 def _jsonable(value: Any) -> Any:

@@ -1,0 +1,129 @@
+"""The generic and elementwise recipes: random valid configurations match feinsum.evaluate.
+
+Each configuration is built once for the canonical spec (long axes symbolic) and run at two
+random lengths that are multiples of no tile (see feinsum.recipes.testing).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import feinsum
+from feinsum.errors import InvalidConfigurationError
+from feinsum.recipes import get_recipe
+from feinsum.recipes.testing import check_configuration, check_random_configurations
+
+f32, f64 = np.float32, np.float64
+
+
+def _a(name, shape, dtype=f32):  # type: ignore[no-untyped-def]
+    return feinsum.array(name, shape, dtype)
+
+
+def generic_specs() -> list[feinsum.BatchedEinsum]:
+    x, y = _a("x", ("N", 3)), _a("y", ("M", 3))
+    gauss = feinsum.formula("K", "ij", "exp(-sum(d, (x[i,d] - y[j,d])**2))", [x, y])
+    return [
+        feinsum.einsum("ik,kj->ij", _a("A", ("N", 13)), _a("B", (13, "M"))),
+        feinsum.batched_einsum("ij,ej->ei", [[_a("D", (35, 35), f64), _a("u0", ("E", 35), f64)],
+                                             [_a("D", (35, 35), f64), _a("u1", ("E", 35), f64)]]),
+        feinsum.einsum("xre,rij,ej->xei", _a("J", (3, 3, "E"), f64), _a("R", (3, 10, 10), f64),
+                       _a("v", ("E", 10), f64)),
+        feinsum.einsum("ij,j->i", _a("A", ("N", "M")), _a("b", ("M",)), reduction="min"),
+        feinsum.einsum("ij,j->i", gauss, _a("b", ("M",))),
+        feinsum.einsum("j,j->", _a("x", ("N",), f64), _a("y", ("N",), f64)),
+        feinsum.einsum("ij,j->i", _a("A", ("N", 40)), _a("b", (40,)), reduction="argmin"),
+        feinsum.einsum("ij,j->i", _a("A", ("N", "M"), f64), _a("b", ("M",), f64),
+                       reduction="logsumexp"),
+    ]
+
+
+def elementwise_specs() -> list[feinsum.BatchedEinsum]:
+    return [
+        feinsum.einsum("ij,j->ij", _a("A", ("N", "M")), _a("b", ("M",))),
+        feinsum.einsum("ijk,k,i->ijk", _a("A", ("N", 5, "M"), f64), _a("b", ("M",), f64),
+                       _a("c", ("N",), f64)),
+        feinsum.batched_einsum("ij,ij->ij", [[_a("A", ("N", 24)), _a("B", ("N", 24))],
+                                             [_a("A", ("N", 24)), _a("C", ("N", 24))]]),
+    ]
+
+
+def _assert_all_ok(cases) -> None:  # type: ignore[no-untyped-def]
+    bad = [str(c) for c in cases if c.error]
+    assert not bad, "\n".join(bad)
+
+
+def test_generic_random_configurations(cl_queue) -> None:  # type: ignore[no-untyped-def]
+    cases = check_random_configurations(get_recipe("generic"), generic_specs(), cl_queue,
+                                        n=20, seed=4)
+    assert len(cases) == 20
+    _assert_all_ok(cases)
+
+
+def test_generic_staging(cl_queue) -> None:  # type: ignore[no-untyped-def]
+    """Random sampling rarely stages; check local and private staging explicitly."""
+    from feinsum.canonical import canonicalize
+
+    r = get_recipe("generic")
+    gemm, dg = (canonicalize(s) for s in generic_specs()[:2])
+    for e, extra in ((gemm, {"lx": 16, "px": 2, "ly": 4, "py": 2, "slabs": False}),
+                     (dg, {"slabs": False})):
+        base = {**r.default(e, cl_queue.device), **extra}
+        for c, where in ((0, "local"), (1, "private")):
+            params = {**base, f"stage{c}": where}
+            assert r.space(e, cl_queue.device).is_valid(params), params
+            lengths = [dict(zip(e.length_symbols, n, strict=False)) for n in ((37, 45), (7, 1))]
+            err = check_configuration(r, e, params, lengths, cl_queue)
+            assert err is None, (e, params, err)
+
+
+def test_elementwise_random_configurations(cl_queue) -> None:  # type: ignore[no-untyped-def]
+    cases = check_random_configurations(get_recipe("elementwise"), elementwise_specs(),
+                                        cl_queue, n=20, seed=5)
+    assert len(cases) == 20
+    _assert_all_ok(cases)
+
+
+def test_applies(cl_device) -> None:  # type: ignore[no-untyped-def]
+    from feinsum.canonical import canonicalize
+
+    ew, gen = get_recipe("elementwise"), get_recipe("generic")
+    red = canonicalize(generic_specs()[0])
+    assert "reduces over" in ew.applies(red, cl_device)
+    assert gen.applies(red, cl_device) is None
+    scalar = canonicalize(feinsum.einsum("i,i->i", _a("x", (3,)), _a("y", (3,))))
+    assert ew.applies(scalar, cl_device) is None
+
+
+def test_constraint_violations_are_named(cl_device) -> None:  # type: ignore[no-untyped-def]
+    from feinsum.canonical import canonicalize
+
+    r = get_recipe("generic")
+    e = canonicalize(generic_specs()[0])
+    p = r.default(e, cl_device)
+    with pytest.raises(InvalidConfigurationError, match="work_group_size"):
+        r.check({**p, "lx": 1024, "ly": 64}, e, cl_device)
+    with pytest.raises(InvalidConfigurationError, match="tile_or_share"):
+        r.check({**p, "rtile": 4, "rlocal": 4, "px": 1, "py": 1}, e, cl_device)
+    with pytest.raises(InvalidConfigurationError, match=r"'rtile': 3 is not one of"):
+        r.check({**p, "rtile": 3}, e, cl_device)
+    with pytest.raises(InvalidConfigurationError, match="slabs"):
+        r.check({**p, "slabs": True, "stage0": "local"}, e, cl_device)
+    gauss = canonicalize(generic_specs()[4])
+    formula_col = next(c for c in range(gauss.noperands) if any(
+        isinstance(f, feinsum.Formula) for f in gauss.arguments[0][c]))
+    with pytest.raises(InvalidConfigurationError, match=r"stage\d.*holds a formula"):
+        r.check({**r.default(gauss, cl_device), f"stage{formula_col}": "local",
+                 "slabs": False}, gauss, cl_device)
+    argmin = canonicalize(generic_specs()[6])
+    with pytest.raises(InvalidConfigurationError, match="'rlocal'"):
+        r.check({**r.default(argmin, cl_device), "rlocal": 4, "rtile": 1}, argmin, cl_device)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["generic", "elementwise"])
+def test_sweep(name, cl_queue) -> None:  # type: ignore[no-untyped-def]
+    specs = generic_specs() if name == "generic" else elementwise_specs()
+    _assert_all_ok(check_random_configurations(get_recipe(name), specs, cl_queue,
+                                               n=25 * len(specs), seed=11))
