@@ -238,7 +238,7 @@ class ModelBased(Strategy):
 
     name = "model"
 
-    def __init__(self, space: ParameterSpace, *, n_startup: int = 8, local_every: int = 3,
+    def __init__(self, space: ParameterSpace, *, n_startup: int = 8, local_every: int = 4,
                  max_retries: int = 200, **kwargs: Any) -> None:
         super().__init__(space, **kwargs)
         import optuna
