@@ -78,6 +78,26 @@ def test_generic_staging(cl_queue) -> None:  # type: ignore[no-untyped-def]
             assert err is None, (e, params, err)
 
 
+def test_toolbox_stage_array(cl_queue) -> None:  # type: ignore[no-untyped-def]
+    """add_prefetch of a global array into local memory, as a recipe would compose it."""
+    from feinsum import toolbox as tb
+    from feinsum.canonical import canonicalize
+    from feinsum.lowering import generate_loopy
+    from feinsum.recipes.testing import run_kernel
+
+    e = canonicalize(generic_specs()[0])
+    x, (r,) = e.out_indices[-1], e.reduction_indices
+    t = tb.assume_nonempty(generate_loopy(e), e)
+    t = tb.distribute(t, x, work_items=16, axis=0)
+    t = tb.distribute(t, e.out_indices[0], work_items=1, axis=1, per_item=2, per_item_tag="ilp")
+    t = tb.tile_reduction(t, r, 4, unroll=False)
+    array = next(f.name for _, c, f in e.factors() if x in e.in_indices[c])
+    t = tb.stage_array(t, array, [f"{x}_l", f"{r}_u"],
+                       fetch_outer_inames=[f"{x}_g", f"{e.out_indices[0]}_g", f"{r}_t"])
+    got, ref = run_kernel(t, e, dict.fromkeys(e.length_symbols, 37), cl_queue)
+    assert np.allclose(got["out0"], ref["out0"], rtol=1e-4)
+
+
 def test_elementwise_random_configurations(cl_queue) -> None:  # type: ignore[no-untyped-def]
     cases = check_random_configurations(get_recipe("elementwise"), elementwise_specs(),
                                         cl_queue, n=20, seed=5)

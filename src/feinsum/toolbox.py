@@ -82,23 +82,8 @@ def operand_rules(t_unit: lp.TranslationUnit, column: int) -> list[str]:
                   key=lambda n: int(n.rsplit("_r", 1)[1]))
 
 
-def row_ids(t_unit: lp.TranslationUnit) -> list[str]:
-    """The ids of the row statements (``row0``, ``row1``...)."""
-    return sorted((i.id for i in kernel_of(t_unit).instructions if i.id.startswith("row")),
-                  key=lambda s: int(s[3:]))
-
-
 def inames_of(t_unit: lp.TranslationUnit) -> frozenset[str]:
     return frozenset(kernel_of(t_unit).all_inames())
-
-
-def local_axes_used(t_unit: lp.TranslationUnit) -> set[int]:
-    """The ``l.N`` axes some iname is tagged with."""
-    from loopy.kernel.data import LocalInameTag
-
-    knl = kernel_of(t_unit)
-    return {t.axis for iname in knl.inames.values() for t in iname.tags
-            if isinstance(t, LocalInameTag)}
 
 
 def iname_length(t_unit: lp.TranslationUnit, iname: str) -> int | None:
@@ -180,6 +165,8 @@ def distribute(
     ``g.axis``) and work-items (``l.axis``), each work-item handling *per_item* entries
     (``{iname}_p``, tagged *per_item_tag*: ``"unr"`` unrolls them, ``"ilp"`` also
     duplicates accumulators, ``"vec"`` makes them vector lanes, ``None`` a plain loop).
+    Use ``"ilp"`` when a staged tile sits inside the reduction: loopy cannot schedule an
+    unrolled loop around a reduction whose tile loop holds a fetch.
 
     With ``contiguous=False`` a work-item's entries are *work_items* apart (neighbouring
     work-items touch neighbouring entries: coalesced on GPUs, vectorised across work-items
