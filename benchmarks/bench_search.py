@@ -224,20 +224,31 @@ def live(name: str, fraction: float, seed: int) -> None:
     """One live model-based run on the machine, its best compared with the sweep's best
     configuration re-measured in the same run."""
     import feinsum as f
+    from feinsum.canonical import canonicalize
     from feinsum.database import open_database
     from feinsum.devices import device_info, get_device
     from feinsum.measurement import measure
+    from feinsum.recipes import get_recipe
 
     sw = Sweep(json.loads((DATA / f"sweep_{name}.json").read_text()))
     e = workload(sw.data["workload"])
     budget = max(1, int(fraction * len(sw)))
+    recipe = get_recipe(sw.data["recipe"])
+    params = recipe.space(canonicalize(e), device_info(get_device())).params
+    fixed = {k: v for k, v in sw.data["fixed"].items() if k in params}
+    if recipe.version != sw.data["recipe_version"]:
+        print(f"note: {recipe.name} changed since the sweep (version {recipe.version}, "
+              f"swept {sw.data['recipe_version']}); pinned parameters it lost: "
+              f"{sorted(set(sw.data['fixed']) - set(fixed)) or 'none'}")
     db = open_database(Path(tempfile.mkdtemp()) / "live.sqlite", include_shipped=False)
-    r = f.autotune(e, db=db, recipes=[sw.data["recipe"]], strategy="model", budget=budget,
-                   seed=seed, fixed={sw.data["recipe"]: sw.data["fixed"]}, progress=True)
+    r = f.autotune(e, db=db, recipes=[recipe], strategy="model", budget=budget,
+                   seed=seed, fixed={recipe.name: fixed}, progress=True)
     best_cfg = min((x for x in sw.data["results"] if x["status"] == "ok"),
-                   key=lambda x: x["median"])["params"]
-    ref = measure(e, sw.data["recipe"], best_cfg, device=get_device())
-    assert r.best is not None and ref.seconds
+                   key=lambda x: x["min"])["params"]
+    ref = measure(e, recipe, {k: v for k, v in best_cfg.items() if k in params},
+                  device=get_device())
+    if r.best is None or not ref.seconds:
+        raise SystemExit(f"no result to compare: live best {r.best}, sweep's best now {ref}")
     print(f"\nlive model run on {device_info(get_device()).name}: {len(r.measurements)} "
           f"evaluations ({budget} = {fraction:.0%} of {len(sw)}), best "
           f"{r.best.seconds * 1e3:.3f} ms; the sweep's best configuration re-measured now: "
