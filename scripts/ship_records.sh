@@ -12,16 +12,20 @@
 # the records are reused along them). Takes about 10 minutes a workload at the default
 # budget on the 2-core reference machine.
 #
-# Status: the DG family and the tensor contractions are tuned from their subscripts. The
-# kernel reductions need a kernel file that builds them (--kernel FILE.py:NAME); the lines
-# below name benchmarks/workloads.py, which is to be written with the recipe library (see
-# the TODO). Until then those lines are skipped with a message.
+# The DG family and the tensor contractions are tuned from their subscripts, the kernel
+# reductions from the kernels of benchmarks/workloads.py (--kernel FILE.py:NAME).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 FEINSUM=${FEINSUM:-.venv/bin/feinsum}
 SHIP_DB=${SHIP_DB:-${XDG_CACHE_HOME:-$HOME/.cache}/feinsum-ship/records.sqlite}
 BUDGET=${BUDGET:-100}
+# the kernel reductions run ~1e10 pairs a call at 1e5 x 1e5: give them fewer configurations
+RBUDGET=${RBUDGET:-$BUDGET}
+# per-workload wall-clock cap (seconds; empty: none)
+TIME_LIMIT=${TIME_LIMIT:-}
+LIMIT=()
+[ -z "$TIME_LIMIT" ] || LIMIT=(--time-limit "$TIME_LIMIT")
 DRY=0
 [ "${1:-}" = "--dry-run" ] && DRY=1
 
@@ -31,7 +35,8 @@ run() {
 }
 
 mkdir -p "$(dirname "$SHIP_DB")"
-tune() { run "$FEINSUM" tune --db "$SHIP_DB" --budget "$BUDGET" --quiet "$@"; }
+tune() { run "$FEINSUM" tune --db "$SHIP_DB" --budget "$BUDGET" "${LIMIT[@]}" --quiet "$@"; }
+rtune() { run "$FEINSUM" tune --db "$SHIP_DB" --budget "$RBUDGET" "${LIMIT[@]}" --quiet "$@"; }
 
 # {{{ DG operator family (float64; E = 50,000), each also batched over 4 fields
 
@@ -56,15 +61,14 @@ tune "ijk,jkl->il" -s i=512,j=64,k=64,l=512 --dtype float32
 # }}}
 
 # {{{ kernel reductions (float32, D = 3), tuned at M = N = 1e5
-# TODO(recipe library): benchmarks/workloads.py defining one loopy kernel per reduction
-# (gaussian, gaussian4, softmin, nearest, fewrows) for `--kernel`.
+# benchmarks/workloads.py defines one loopy kernel per reduction for `--kernel`.
 
 KERNELS=benchmarks/workloads.py
 if [ -f "$KERNELS" ]; then
     for name in gaussian gaussian4 softmin nearest; do
-        tune --kernel "$KERNELS:$name" -l M=100000 -l N=100000
+        rtune --kernel "$KERNELS:$name" -l M=100000 -l N=100000
     done
-    tune --kernel "$KERNELS:fewrows" -l N=1000000
+    rtune --kernel "$KERNELS:fewrows" -l N=1000000
 else
     echo "skipping the kernel reductions: $KERNELS does not exist yet" >&2
 fi
