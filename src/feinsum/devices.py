@@ -43,7 +43,8 @@ class DeviceInfo:
     def key(self) -> str:
         """A stable identity string: what makes two devices "the same" for timings."""
         return " | ".join(
-            (self.vendor, self.name, self.opencl_version, self.driver_version, self.platform_version)
+            (self.vendor, self.name, self.opencl_version, self.driver_version,
+             self.platform_version)
         )
 
     @property

@@ -39,7 +39,8 @@ def parse_expression(text: str, where: str) -> prim.ExpressionNode:
 def reduction_name(expr: Any) -> str:
     """The name of a loopy Reduction's operation (``sum``, ``max``...)."""
     op = expr.operation
-    return str(getattr(op, "name", None) or type(op).__name__.replace("ReductionOperation", "").lower())
+    fallback = type(op).__name__.replace("ReductionOperation", "").lower()
+    return str(getattr(op, "name", None) or fallback)
 
 
 def walk(expr: Any) -> Iterator[Any]:
@@ -90,7 +91,9 @@ def check_formula(f: Formula) -> None:
     args = set(f.arguments)
     clash = args & set(arrays)
     if clash:
-        raise FormulaError(f"formula {f.name!r}: {sorted(clash)[0]!r} is both an index and an array")
+        raise FormulaError(
+            f"formula {f.name!r}: {sorted(clash)[0]!r} is both an index and an array"
+        )
     allowed = (int, float, complex, np.number, prim.ExpressionNode)
     if not isinstance(f.expression, allowed):
         raise FormulaError(f"formula {f.name!r}: {f.expression!r} is not an expression")
@@ -107,7 +110,9 @@ def check_formula(f: Formula) -> None:
                 )
             for iname in expr.inames:
                 if iname in args or iname in arrays or iname in bound:
-                    raise FormulaError(f"formula {f.name!r}: feature index {iname!r} shadows another name")
+                    raise FormulaError(
+                        f"formula {f.name!r}: feature index {iname!r} shadows another name"
+                    )
             visit(expr.expr, bound | frozenset(expr.inames))
             return
         if isinstance(expr, prim.Variable):
@@ -145,7 +150,8 @@ def check_formula(f: Formula) -> None:
             fn = expr.function
             if not isinstance(fn, prim.Variable) or fn.name not in FUNCTIONS:
                 raise FormulaError(
-                    f"formula {f.name!r}: unknown function {fn}; known: {', '.join(sorted(FUNCTIONS))}"
+                    f"formula {f.name!r}: unknown function {fn}; "
+                    f"known: {', '.join(sorted(FUNCTIONS))}"
                 )
             for p in expr.parameters:
                 visit(p, bound)
