@@ -209,5 +209,8 @@ def get_queue(device: cl.Device, profiling: bool = False) -> cl.CommandQueue:
     """A new command queue on the device's cached context."""
     import pyopencl as cl
 
-    props = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0
-    return cl.CommandQueue(get_context(device), properties=props)
+    if profiling:
+        return cl.CommandQueue(
+            get_context(device), properties=cl.command_queue_properties.PROFILING_ENABLE
+        )
+    return cl.CommandQueue(get_context(device))

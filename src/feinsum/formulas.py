@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pymbolic.primitives as prim
@@ -82,7 +82,7 @@ def check_formula(f: Formula) -> None:
 
     from feinsum.spec import Array
 
-    arrays = {}
+    arrays: dict[str, Array] = {}
     for a in f.arrays:
         if not isinstance(a, Array):
             raise FormulaError(f"formula {f.name!r}: {a!r} is not a feinsum.array")
@@ -188,11 +188,13 @@ def index_lengths(f: Formula) -> dict[str, Length]:
     lengths: dict[str, Length] = {}
     for expr in walk(f.expression):
         if isinstance(expr, prim.Subscript):
-            a = next(a for a in f.arrays if a.name == expr.aggregate.name)
+            name = cast(prim.Variable, expr.aggregate).name
+            a = next(a for a in f.arrays if a.name == name)
             for i, n in zip(expr.index_tuple, a.shape, strict=True):
-                if lengths.setdefault(i.name, n) != n:
+                iname = cast(prim.Variable, i).name  # check_formula: plain indices only
+                if lengths.setdefault(iname, n) != n:
                     raise ShapeError(
-                        f"formula {f.name!r}: index {i.name!r} has lengths {lengths[i.name]!r} "
+                        f"formula {f.name!r}: index {iname!r} has lengths {lengths[iname]!r} "
                         f"and {n!r}"
                     )
     from loopy.symbolic import Reduction
@@ -230,7 +232,8 @@ def formula_result_dtype(f: Formula) -> np.dtype[Any]:
         elif isinstance(expr, complex):
             dtypes.append(np.dtype(np.complex64))
     dt = np.result_type(*dtypes) if dtypes else np.dtype(np.float64)
-    calls = {e.function.name for e in walk(f.expression) if isinstance(e, prim.Call)}
+    calls = {cast(prim.Variable, e.function).name for e in walk(f.expression)
+             if isinstance(e, prim.Call)}
     if calls & TRANSCENDENTAL and dt.kind in "iu":
         dt = np.dtype(np.float64)
     if any(isinstance(e, prim.Quotient) for e in walk(f.expression)) and dt.kind in "iu":
