@@ -142,6 +142,7 @@ def test_constraint_violations_are_named(cl_device) -> None:  # type: ignore[no-
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 @pytest.mark.parametrize("name", ["generic", "elementwise"])
 def test_sweep(name, cl_queue) -> None:  # type: ignore[no-untyped-def]
     specs = generic_specs() if name == "generic" else elementwise_specs()

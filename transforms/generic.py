@@ -44,8 +44,8 @@ def _layout(e: Any, p: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def _stage_plan(e: Any, p: dict[str, Any], c: int) -> tuple[list[str], list[str]] | str:
-    if tb.has_formula(e, c):  # loopy 2025.2 then indexes feature arrays wrongly
-        return "it holds a formula"
+    if tb.has_formula(e, c) or e.reduction in ("argmin", "argmax"):  # loopy 2025.2 fails
+        return "it holds a formula, or the reduction is an argmin/argmax"
     if p["rlocal"] > 1 and tb.main_reduction(e) in e.in_indices[c]:
         return "work-items share its reduction (non-uniform loops around barriers)"
     return tb.stage_plan(e.in_indices[c], *_layout(e, p), p[f"stage{c}"])
