@@ -17,10 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from feinsum import recipes as rc
 from feinsum import toolbox_dense as td
-from feinsum.recipes import (
-    Boolean, Choice, Constraint, IntRange, ParameterSpace, PowersOfTwo, Recipe, at_most,
-)
 
 VEC = (1, 2, 4, 8, 16)
 UNROLL = (1, 4, 16, 64)
@@ -74,33 +72,33 @@ def _operator_bytes(e: Any) -> int:
     return n * _itemsize(e)
 
 
-def _space(e: Any, device: Any) -> ParameterSpace:
+def _space(e: Any, device: Any) -> rc.ParameterSpace:
     maxwg = min(device.max_work_group_size, device.max_work_item_sizes[0])
     lanes = 2 * _native_lanes(e, device)
-    regs = 32 * _native_lanes(e, device)  # vector registers' worth of lanes
+    regs = 16 * _native_lanes(e, device)  # half of 32 vector registers, in lanes
     private = PRIVATE_CPU if device.is_cpu else PRIVATE_GPU
     lasts = [None, *range(e.noperands)] if e.noperands >= 3 else [None]
     params = {
-        "last": Choice(lasts), "vec": Choice([v for v in VEC if v <= max(lanes, 1)]),
-        "work_items": PowersOfTwo(1, min(256, maxwg)),
-        "acc1": IntRange(1, 16), "acc2": IntRange(1, 16),
-        "rows_per_pass": IntRange(1, e.nrows), "unroll": Choice(UNROLL),
-        "local_operator": Boolean(), "fast_math": Boolean(),
+        "last": rc.Choice(lasts), "vec": rc.Choice([v for v in VEC if v <= max(lanes, 1)]),
+        "work_items": rc.PowersOfTwo(1, min(256, maxwg)),
+        "acc1": rc.IntRange(1, 16), "acc2": rc.IntRange(1, 16),
+        "rows_per_pass": rc.IntRange(1, e.nrows), "unroll": rc.Choice(UNROLL),
+        "local_operator": rc.Boolean(), "fast_math": rc.Boolean(),
     }
     cons = [
-        at_most("work_group_size", lambda p: p["work_items"], maxwg,
+        rc.at_most("work_group_size", lambda p: p["work_items"], maxwg,
                 "work_items <= max_work_group_size"),
-        at_most("registers", lambda p: max(p["acc1"], p["acc2"]) * p["rows_per_pass"]
+        rc.at_most("registers", lambda p: max(p["acc1"], p["acc2"]) * p["rows_per_pass"]
                 * p["vec"], regs, "accumulator lanes (acc x rows_per_pass x vec) <= "
-                "32 native vectors"),
-        at_most("private_memory", lambda p: _private_bytes(e, p), private,
+                "16 native vectors"),
+        rc.at_most("private_memory", lambda p: _private_bytes(e, p), private,
                 "private bytes per work-item <= 64 KiB on CPUs, 8 KiB on GPUs"),
-        at_most("local_memory", lambda p: _operator_bytes(e) * p["local_operator"],
+        rc.at_most("local_memory", lambda p: _operator_bytes(e) * p["local_operator"],
                 device.local_mem_size, "staged operator <= local_mem_size"),
-        Constraint("single_stage_acc", lambda p: len(td.element_stages(e, p["last"])) > 1
+        rc.Constraint("single_stage_acc", lambda p: len(td.element_stages(e, p["last"])) > 1
                    or p["acc2"] == 1, "acc2 = 1 when the plan has one stage"),
     ]
-    return ParameterSpace(params, cons)
+    return rc.ParameterSpace(params, cons)
 
 
 def _best_acc(n: int, budget: int) -> int:
@@ -118,7 +116,8 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     for st in stages:
         a = td.accumulator_index(e, st)
         accs.append(1 if a is None else _best_acc(int(e.lengths[a]), 8))
-    cfg = {"last": last, "vec": min(lanes, 16), "work_items": 4 if device.is_cpu else 64,
+    cfg: dict[str, Any] = {
+           "last": last, "vec": min(lanes, 16), "work_items": 4 if device.is_cpu else 64,
            "acc1": accs[0], "acc2": accs[1] if len(accs) > 1 else 1, "rows_per_pass": 1,
            "unroll": 4, "local_operator": not device.is_cpu, "fast_math": False}
     while _private_bytes(e, cfg) > (PRIVATE_CPU if device.is_cpu else PRIVATE_GPU) and (
@@ -137,7 +136,7 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
         local_operator=p["local_operator"])
 
 
-RECIPE = Recipe(
+RECIPE = rc.Recipe(
     "dg_operator", applies=lambda e, device: td.element_reason(e), space=_space,
     default=_default, apply=_apply,
     description="Element-batched small operators (DG): elements as vector lanes, "

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import loopy as lp
 import numpy as np
@@ -147,7 +147,7 @@ def element_kernel(
     rules = knl.substitutions
     bounds: dict[str, int | str] = {}
     # lanes are read and written one by one: unrolled (OpenCL has no dynamic lane index)
-    tags: dict[str, str] = {"ev": "vec" if V > 1 else "unr", "lane": "unr"}
+    tags: dict[str, str] = {"lane": "unr"} | ({"ev": "vec"} if V > 1 else {})
     spread: list[str] = []
     temps: list[Any] = []
     insns: list[Any] = []
@@ -159,7 +159,7 @@ def element_kernel(
             temps.append(lp.TemporaryVariable(name, dtype, shape=shape, address_space=space))
             return
         dims = ",".join(("c",) * (len(shape) - 1) + vdims)
-        temps.append(lp.TemporaryVariable(name, dtype, shape=shape, dim_tags=dims,
+        temps.append(lp.TemporaryVariable(name, dtype, shape=shape, dim_tags=cast(Any, dims),
                                           address_space=lp.AddressSpace.PRIVATE))
 
     def loops(idx: Sequence[str], suffix: str) -> dict[str, Any]:
@@ -184,7 +184,7 @@ def element_kernel(
         for c in range(e.noperands):
             key, idx = rule_key(r, c), e.in_indices[c]
             rest = [i for i in idx if i != el]
-            dt = np.result_type(*(f.dtype for f in e.arguments[r][c]))
+            dt = np.result_type(*(cast(Array, f).dtype for f in e.arguments[r][c]))
             shape = tuple(int(e.lengths[i]) for i in rest)
             if el in idx and key not in gathered:
                 name = gathered[key] = f"p{len(gathered)}"
@@ -250,7 +250,7 @@ def element_kernel(
                                       if a is not None and n_a % K else ())
                     group += _stage_row(e, stages, s, r, k, names, accn, dt, gathered, staged,
                                         rule_key, base, [*unrolled, *rolled], guard, el,
-                                        element, nsym, s == nst - 1, pre)
+                                        element, nsym, s == nst - 1, pre, V)
             insns += group
             pre = loads + [i.id for i in group if i.id.startswith("store")]
 
@@ -259,14 +259,16 @@ def element_kernel(
     # {{{ domain and the kernel
 
     slanes = [f"slane{r}" for r in range(e.nrows)]
-    cons = [f"0 <= eb and {V}*eb < {nsym}", f"0 <= ev < {V}", f"0 <= lane < {V}",
+    cons = [f"0 <= eb and {V}*eb < {nsym}", *([f"0 <= ev < {V}"] if V > 1 else []),
+            f"0 <= lane < {V}",
             *(f"0 <= {s} < {V}" for s in slanes)]
     cons += [f"0 <= {i} < {n}" for i, n in bounds.items()]
-    inames = ["eb", "ev", "lane", *slanes, *bounds]
+    inames = ["eb", *(["ev"] if V > 1 else []), "lane", *slanes, *bounds]
     tags.update({s: "unr" for s in slanes})
     domain = f"[{nsym}] -> {{[{', '.join(inames)}]: {' and '.join(cons)}}}"
+    data: list[Any] = [*knl.args, *temps]
     new = lp.make_kernel(
-        domain, [*rules.values(), *insns], [*knl.args, *temps], name=knl.name,
+        domain, [*rules.values(), *insns], data, name=knl.name,
         target=knl.target, lang_version=(2018, 2), seq_dependencies=False,
         silenced_warnings=["vectorize_failed", "v1_scheduler_fallback", "write_race*",
                            "read_no_write*"],
@@ -297,11 +299,14 @@ def _stage_row(e: BatchedEinsum, stages: Sequence[Stage], s: int, r: int, k: int
                names: dict[str, Any], accn: str, dt: Any, gathered: dict[Any, str],
                staged: dict[Any, str], rule_key: Any, base: set[str], red: list[str],
                guard: frozenset[Any], el: str, element: Any, nsym: str, last: bool,
-               pre: Sequence[str]) -> list[Any]:
+               pre: Sequence[str], vec: int) -> list[Any]:
     """Accumulator *k* of row *r* in stage *s*: its initialisation, its update inside the
     reduction loops and its store (a private temporary, or the output lane by lane)."""
     st = stages[s]
-    ev = prim.Variable("ev")
+    # the vector lane iname (none with one lane: an iname of length 1 would enclose every
+    # stage and tie loopy's scheduler)
+    ev: Any = prim.Variable("ev") if vec > 1 else 0
+    evs = {"ev"} if vec > 1 else set()
     factors = []
     for c in st.inputs:
         if c == "w":
@@ -320,16 +325,16 @@ def _stage_row(e: BatchedEinsum, stages: Sequence[Stage], s: int, r: int, k: int
     deps = set(pre) | ({f"store{s - 1}_r{r}_k*"} if s else set())
     out = [
         lp.Assignment(cell, dt.type(0), id=f"init{sfx}", predicates=guard,
-                      within_inames=frozenset({*base, "ev"})),
+                      within_inames=frozenset({*base, *evs})),
         lp.Assignment(cell, cell + prim.Product(tuple(factors)), id=f"upd{sfx}",
                       depends_on=frozenset({*deps, f"init{sfx}"}), predicates=guard,
-                      within_inames=frozenset({*base, "ev", *red})),
+                      within_inames=frozenset({*base, *evs, *red})),
     ]
     if not last:
         out.append(lp.Assignment(
             _sub(f"w{s}_r{r}", *(names[i] for i in st.out), ev), cell, id=f"store{sfx}",
             depends_on=frozenset({f"upd{sfx}"}), predicates=guard,
-            within_inames=frozenset({*base, "ev"})))
+            within_inames=frozenset({*base, *evs})))
         return out
     lane = prim.Variable(f"slane{r}")
     idx = [element(lane) if i == el else names[i] for i in e.out_indices]
@@ -337,7 +342,8 @@ def _stage_row(e: BatchedEinsum, stages: Sequence[Stage], s: int, r: int, k: int
         _sub(f"out{r}", *idx), _sub(accn, k, lane), id=f"store{sfx}",
         depends_on=frozenset({f"upd{sfx}"}),
         within_inames=frozenset({*base, lane.name}),
-        predicates=guard | {prim.Comparison(element(lane), "<", prim.Variable(nsym))}))
+        predicates=guard.union([cast(Any, prim.Comparison(element(lane), "<",
+                                                           prim.Variable(nsym)))])))
     return out
 
 

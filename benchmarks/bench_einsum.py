@@ -1,0 +1,248 @@
+"""Einsum benchmarks: the DG operator family and the tensor contractions of
+``shared/workloads.md``, one process, one run, same data.
+
+    python benchmarks/bench_einsum.py [--quick] [--only div grad ...] [--configs 12]
+                                      [--no-untransformed] [--seed 0]
+
+For each workload: feinsum (the best of a plain sweep of its recipe's parameter space:
+the heuristic default, a few hand-picked CPU configurations and ``--configs`` random
+valid ones, each built once and timed), the untransformed reference kernel (one call:
+it runs on one work-item), ``numpy.einsum(optimize=True)``, ``opt_einsum`` and
+``torch.einsum`` (CPU, 2 threads) when installed. Prints seconds, GFLOP/s (the spec's
+flop count, :func:`feinsum.cost`), the fraction of the roofline measured in this run
+(:func:`feinsum.measure_roofline`) and the ratio to the fastest peer. Kernel times are
+host wall-clock for one enqueue + finish with preallocated outputs (median of repeats);
+peers allocate their outputs, as a user's call does. ``--quick``: small sizes, a smoke
+test. Timings on a shared machine are noisy: compare only ratios from one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import feinsum as fs  # noqa: E402
+from feinsum.costs import cost  # noqa: E402
+from feinsum.roofline import measure_roofline  # noqa: E402
+
+F64, F32 = "float64", "float32"
+#: Above this many flops the untransformed kernel is timed at smaller lengths.
+UNTRANSFORMED_FLOPS = 3e8
+#: Hand-picked starting points of the sweep on CPUs (merged into each default).
+CPU_PICKS: dict[str, list[dict[str, Any]]] = {
+    "dg_operator": [{"vec": 8, "work_items": 4}, {"vec": 8, "work_items": 16},
+                    {"vec": 4, "work_items": 8}, {"vec": 8, "rows_per_pass": 2},
+                    {"vec": 16, "work_items": 2}],
+    "contraction": [{"lx": 16, "ly": 1, "px": 1, "py": 8, "kt": 8},
+                    {"lx": 32, "ly": 1, "px": 1, "py": 4, "kt": 16},
+                    {"lx": 16, "ly": 4, "px": 1, "py": 4, "kt": 16, "stage_a": True,
+                     "stage_b": True},
+                    {"lx": 64, "ly": 1, "px": 1, "py": 8, "kt": 4, "order": "k_outer"}],
+}
+
+
+def workloads(quick: bool) -> dict[str, tuple[str, Any]]:
+    """name -> (recipe name, spec) for every reference workload."""
+    E = 2000 if quick else 50_000
+    a = fs.array
+    D, D3 = a("D", (35, 35), F64), a("D", (3, 35, 35), F64)
+    J3, L, Jf = a("J", (3, 3, E), F64), a("L", (35, 4, 15), F64), a("J", (4, E), F64)
+    u = [a(f"u{k}", (E, 35), F64) for k in range(4)]
+    u3 = [a(f"u{k}", (3, E, 35), F64) for k in range(4)]
+    v = [a(f"v{k}", (4, E, 15), F64) for k in range(4)]
+    n, t, (il, jk) = (128, 16, (64, 16)) if quick else (1024, 64, (512, 64))
+    out: dict[str, tuple[str, Any]] = {
+        "local": ("dg_operator", fs.einsum("ij,ej->ei", D, u[0])),
+        "divergence": ("dg_operator", fs.einsum("xre,rij,xej->ei", J3, D3, u3[0])),
+        "gradient": ("dg_operator", fs.einsum("xre,rij,ej->xei", J3, D3, u[0])),
+        "face_mass": ("dg_operator", fs.einsum("ifj,fe,fej->ei", L, Jf, v[0])),
+        "local_x4": ("dg_operator", fs.batched_einsum("ij,ej->ei", [[D, w] for w in u])),
+        "divergence_x4": ("dg_operator", fs.batched_einsum(
+            "xre,rij,xej->ei", [[J3, D3, w] for w in u3])),
+        "gradient_x4": ("dg_operator", fs.batched_einsum(
+            "xre,rij,ej->xei", [[J3, D3, w] for w in u])),
+        "face_mass_x4": ("dg_operator", fs.batched_einsum(
+            "ifj,fe,fej->ei", [[L, Jf, w] for w in v])),
+        "gemm": ("contraction", fs.einsum("ik,kj->ij", a("A", (n, n), F32),
+                                          a("B", (n, n), F32))),
+        "ttm": ("contraction", fs.einsum("ijkl,mi->mjkl", a("T", (t,) * 4, F32),
+                                         a("W", (t, t), F32))),
+        "two_index": ("contraction", fs.einsum("ijk,jkl->il", a("A", (il, jk, jk), F32),
+                                               a("B", (jk, jk, il), F32))),
+    }
+    return out
+
+
+def median_time(fn: Any, repeat: int, min_time: float = 0.3) -> float:
+    fn()
+    samples: list[float] = []
+    t_start = time.perf_counter()
+    while len(samples) < repeat or time.perf_counter() - t_start < min_time:
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+        if time.perf_counter() - t_start > 5 * max(min_time, 1):
+            break
+    return statistics.median(samples)
+
+
+class Runner:
+    """Builds and times loopy kernels of one spec on one device, same inputs."""
+
+    def __init__(self, e: Any, lengths: dict[str, int], inputs: dict[str, Any], queue: Any):
+        import pyopencl.array as cla
+
+        self.e, self.queue, self.lengths = e, queue, lengths
+        self.args: dict[str, Any] = {k: cla.to_device(queue, v) for k, v in inputs.items()
+                                     if isinstance(v, np.ndarray)}
+        self.args.update({k: np.int32(v) for k, v in lengths.items()})
+        shape = tuple(lengths.get(str(n), n) for n in
+                      (e.lengths[i] for i in e.out_indices))
+        for r in range(e.nrows):
+            self.args[f"out{r}"] = cla.empty(queue, shape, e.value_dtype(r))
+        from feinsum.validation import reference_outputs
+
+        self.reference = reference_outputs(e, lengths, inputs)
+
+    def executor(self, t_unit: Any) -> Any:
+        ex = t_unit.executor(self.queue.context)
+        return lambda: (ex(self.queue, **self.args), self.queue.finish())
+
+    def check(self) -> str | None:
+        from feinsum.validation import compare, reduction_length, tolerance
+
+        got = {k: self.args[k].get() for k in self.reference}
+        dt = self.e.value_dtype(0)
+        rtol = max(tolerance(dt, reduction_length(self.e, self.lengths)), 1e-4 if dt.itemsize == 4
+                   else 1e-10)
+        return compare(got, self.reference, rtol)[1]
+
+
+def sweep(recipe: Any, e: Any, run: Runner, device: Any, n: int, seed: int
+          ) -> tuple[float, dict[str, Any] | None, int]:
+    """Best time and configuration of *recipe* over default + picks + *n* random configs."""
+    from feinsum.lowering import generate_loopy
+
+    space, base = recipe.space(e, device), recipe.default(e, device)
+    configs = [base] + [{**base, **pick} for pick in CPU_PICKS.get(recipe.name, [])
+                        if device.is_cpu]
+    rng = np.random.default_rng(seed)
+    configs += space.sample(rng, n=n) if n else []
+    best, best_cfg, tried, seen = np.inf, None, 0, set()
+    for cfg in configs:
+        key = space.canonical(cfg) if space.is_valid(cfg) else None
+        if key is None or key in seen:
+            continue
+        seen.add(key)
+        try:
+            fn = run.executor(recipe.apply(generate_loopy(e), cfg, e, device))
+            fn()
+            problem = run.check()
+            if problem:
+                print(f"    ! wrong result {cfg}: {problem}")
+                continue
+            t = median_time(fn, 5, 0.2)
+        except Exception as exc:  # a failing configuration is skipped, not fatal
+            print(f"    ! {type(exc).__name__}: {str(exc)[:200]}")
+            continue
+        tried += 1
+        if t < best:
+            best, best_cfg = t, cfg
+    return best, best_cfg, tried
+
+
+def untransformed(e: Any, lengths: dict[str, int], flops: float, queue: Any, seed: int
+                  ) -> tuple[str, float]:
+    """One call of the reference kernel (one work-item: slow). Above ~3e8 flops it runs
+    at smaller lengths (every length symbol scaled alike) and the time is scaled up by
+    the flop ratio: ``untransformed ~``."""
+    from feinsum.lowering import generate_loopy
+    from feinsum.validation import random_inputs
+
+    small, label = dict(lengths), "untransformed"
+    if flops > UNTRANSFORMED_FLOPS and lengths:
+        f = (UNTRANSFORMED_FLOPS / flops) ** (1 / len(lengths))
+        small = {k: max(16, int(v * f)) for k, v in lengths.items()}
+        label = "untransformed ~"
+    run = Runner(e, small, random_inputs(e, small, seed), queue)
+    fn = run.executor(generate_loopy(e))
+    t0 = time.perf_counter()
+    fn()
+    t = time.perf_counter() - t0
+    return label, t * flops / float(cost(e, small).total_flops)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
+    ap.add_argument("--only", nargs="*", help="workload names")
+    ap.add_argument("--configs", type=int, default=None,
+                    help="random configurations per workload (default 12; quick 2)")
+    ap.add_argument("--no-untransformed", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore")  # loopy's parameter-finder notes on every call
+    nconf = args.configs if args.configs is not None else (2 if args.quick else 12)
+
+    import pyopencl as cl
+
+    from feinsum.canonical import canonical_lengths, canonicalize
+    from feinsum.devices import device_info, get_context, get_device
+    from feinsum.recipes import get_recipe
+    from feinsum.tuning.peers import time_peers
+    from feinsum.validation import random_inputs
+
+    try:
+        import torch
+
+        torch.set_num_threads(2)
+    except ImportError:
+        pass
+    dev = get_device()
+    info = device_info(dev)
+    queue = cl.CommandQueue(get_context(dev))
+    roof = measure_roofline(dev, quick=args.quick)
+    print(f"device: {info.name}; roofline this run: {roof}")
+    print(f"{'workload':14} {'who':22} {'seconds':>10} {'GFLOP/s':>8} {'roof':>6} "
+          f"{'BW':>6} {'vs peer':>8}")
+    for name, (rname, spec) in workloads(args.quick).items():
+        if args.only and name not in args.only:
+            continue
+        e, lengths = canonicalize(spec), canonical_lengths(spec)
+        c = cost(e, lengths)
+        flops, nbytes = float(c.total_flops), float(c.bytes)
+        inputs = random_inputs(e, lengths, args.seed)
+        run = Runner(e, lengths, inputs, queue)
+        recipe = get_recipe(rname)
+        t_best, cfg, tried = sweep(recipe, e, run, info, nconf, args.seed)
+        peers = time_peers(e, inputs, min_samples=5, min_time=0.2)
+        rows: list[tuple[str, float]] = [(f"feinsum {rname}", t_best)]
+        if not args.no_untransformed:
+            rows.append(untransformed(e, lengths, flops, queue, args.seed))
+        rows += sorted(peers.items(), key=lambda kv: kv[1])
+        fastest = min(peers.values()) if peers else None
+        for who, t in rows:
+            frac = roof.fraction(e.value_dtype(0), flops, nbytes, t) if np.isfinite(t) else None
+            ratio = f"{fastest / t:7.2f}x" if fastest and np.isfinite(t) else "     n/a"
+            bw = nbytes / t / roof.bandwidth
+            print(f"{name:14} {who:22} {t:10.5f} {flops / t / 1e9:8.2f} "
+                  f"{'' if frac is None else f'{frac:6.1%}':>6} {bw:6.1%} {ratio:>8}")
+        print(f"{'':14} best of {tried} configurations: {cfg}")
+        sys.stdout.flush()
+    print(f"(peers: {', '.join(sorted(peers))}; {os.cpu_count()} cores; ratios > 1: faster "
+          "than the fastest peer)")
+
+
+if __name__ == "__main__":
+    main()

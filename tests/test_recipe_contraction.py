@@ -1,0 +1,80 @@
+"""The contraction recipe: random valid configurations match feinsum.evaluate on PoCL
+(float32 and float64, lengths that are multiples of no tile, runtime lengths so one build
+serves two sizes), applicability, and constraint violations."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+import feinsum as fs
+from feinsum.canonical import canonicalize
+from feinsum.errors import InvalidConfigurationError
+
+TRANSFORMS = Path(__file__).resolve().parents[1] / "transforms"
+
+
+@functools.cache
+def recipe():  # type: ignore[no-untyped-def]
+    from feinsum.recipes import load_recipe_file
+
+    return load_recipe_file(TRANSFORMS / "contraction.py")
+
+
+def contraction_specs(dt: str) -> list[fs.BatchedEinsum]:
+    a = fs.array
+    return [
+        fs.einsum("ik,kj->ij", a("A", ("M", "K"), dt), a("B", ("K", "N"), dt)),
+        fs.einsum("ijkl,mi->mjkl", a("T", (9, 5, 3, "L"), dt), a("W", ("Q", 9), dt)),
+        fs.einsum("ijk,jkl->il", a("A", ("I", 6, 5), dt), a("B", (6, 5, "L"), dt)),
+    ]
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_random_configurations_match_evaluate(dt, cl_queue):  # type: ignore[no-untyped-def]
+    from feinsum.recipes.testing import check_random_configurations
+
+    cases = check_random_configurations(recipe(), contraction_specs(dt), cl_queue, n=10,
+                                        seed=21 if dt == "float32" else 22)
+    assert len(cases) == 10
+    bad = [str(c) for c in cases if c.error]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_exhaustive_sweep(dt, cl_queue):  # type: ignore[no-untyped-def]
+    from feinsum.recipes.testing import check_random_configurations
+
+    cases = check_random_configurations(recipe(), contraction_specs(dt), cl_queue, n=60, seed=5)
+    bad = [str(c) for c in cases if c.error]
+    assert not bad, "\n".join(bad)
+
+
+def test_applies_to_two_operand_contractions(cl_device):  # type: ignore[no-untyped-def]
+    r = recipe()
+    for e in contraction_specs("float32"):
+        assert r.applies(canonicalize(e), cl_device) is None
+    a = fs.array
+    three = fs.einsum("ij,jk,kl->il", a("A", (5, 6)), a("B", (6, 7)), a("C", (7, 8)))
+    assert "two-operand" in r.applies(canonicalize(three), cl_device)
+    ew = fs.einsum("ij,ij->ij", a("A", (5, 6)), a("B", (5, 6)))
+    assert "no reduction" in r.applies(canonicalize(ew), cl_device)
+    batch = fs.einsum("bij,bjk->bik", a("A", (3, 5, 6)), a("B", (3, 6, 7)))
+    assert "both operands" in r.applies(canonicalize(batch), cl_device)
+
+
+def test_constraint_violations_are_rejected(cl_device):  # type: ignore[no-untyped-def]
+    from feinsum.lowering import generate_loopy
+
+    r = recipe()
+    e = canonicalize(contraction_specs("float32")[0])
+    base = r.default(e, cl_device)
+    with pytest.raises(InvalidConfigurationError, match="staging_needs_tile"):
+        r.apply(generate_loopy(e), {**base, "kt": 1, "stage_a": True}, e, cl_device)
+    with pytest.raises(InvalidConfigurationError, match="kt"):
+        r.check({**base, "kt": 3}, e, cl_device)
+    with pytest.raises(InvalidConfigurationError, match="missing parameter"):
+        r.check({k: v for k, v in base.items() if k != "lx"}, e, cl_device)

@@ -1,0 +1,99 @@
+"""The dg_operator recipe: random valid configurations match feinsum.evaluate on PoCL
+(float32 and float64, element counts that are multiples of no tile, one build per
+configuration serving two lengths), applicability, and constraint violations."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+import feinsum as fs
+from feinsum.canonical import canonicalize
+from feinsum.errors import InvalidConfigurationError
+
+TRANSFORMS = Path(__file__).resolve().parents[1] / "transforms"
+
+
+@functools.cache
+def recipe():  # type: ignore[no-untyped-def]
+    from feinsum.recipes import load_recipe_file
+
+    return load_recipe_file(TRANSFORMS / "dg_operator.py")
+
+
+def dg_specs(dt: str) -> list[fs.BatchedEinsum]:
+    """Small members of the family, the element count a runtime symbol."""
+    a = fs.array
+    return [
+        fs.einsum("xre,rij,xej->ei", a("J", (2, 2, "E"), dt), a("D", (2, 7, 5), dt),
+                  a("u", (2, "E", 5), dt)),
+        fs.einsum("xre,rij,ej->xei", a("J", (3, 2, "E"), dt), a("D", (2, 7, 5), dt),
+                  a("u", ("E", 5), dt)),
+        fs.batched_einsum("ifj,fe,fej->ei", [[a("L", (7, 3, 5), dt), a("J", (3, "E"), dt),
+                                              a(f"v{k}", (3, "E", 5), dt)] for k in range(3)]),
+        fs.batched_einsum("ij,ej->ei", [[a("D", (9, 6), dt), a(f"u{k}", ("E", 6), dt)]
+                                        for k in range(2)]),
+    ]
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_random_configurations_match_evaluate(dt, cl_queue):  # type: ignore[no-untyped-def]
+    from feinsum.recipes.testing import check_random_configurations
+
+    cases = check_random_configurations(recipe(), dg_specs(dt), cl_queue, n=10,
+                                        seed=11 if dt == "float32" else 12)
+    assert len(cases) == 10
+    bad = [str(c) for c in cases if c.error]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_exhaustive_sweep(dt, cl_queue):  # type: ignore[no-untyped-def]
+    from feinsum.recipes.testing import check_random_configurations
+
+    cases = check_random_configurations(recipe(), dg_specs(dt), cl_queue, n=80, seed=3)
+    bad = [str(c) for c in cases if c.error]
+    assert not bad, "\n".join(bad)
+
+
+def test_applies_to_the_family_only(cl_device):  # type: ignore[no-untyped-def]
+    r = recipe()
+    for e in dg_specs("float64"):
+        assert r.applies(canonicalize(e), cl_device) is None
+    gemm = fs.einsum("ik,kj->ij", fs.array("A", ("M", "K")), fs.array("B", ("K", "N")))
+    assert "long" in r.applies(canonicalize(gemm), cl_device)
+    reduced = fs.einsum("ej,ej->j", fs.array("u", ("E", 5)), fs.array("w", ("E", 5)))
+    assert "reduced" in r.applies(canonicalize(reduced), cl_device)
+    mx = fs.einsum("ij,ej->ei", fs.array("D", (5, 5)), fs.array("u", ("E", 5)),
+                   reduction="max")
+    assert r.applies(canonicalize(mx), cl_device) is not None
+
+
+def test_default_picks_the_cheapest_plan(cl_device):  # type: ignore[no-untyped-def]
+    from feinsum import toolbox_dense as td
+
+    e = canonicalize(dg_specs("float64")[0])
+    cfg = recipe().default(e, cl_device)
+    flops = {c: td.stage_flops(e, td.element_stages(e, c)) for c in (None, 0, 1, 2)}
+    assert flops[cfg["last"]] == min(flops.values())
+    assert td.stage_flops(e, td.element_stages(e, cfg["last"])) < flops[None]
+
+
+def test_constraint_violations_are_rejected(cl_device):  # type: ignore[no-untyped-def]
+    from feinsum.lowering import generate_loopy
+
+    r = recipe()
+    e = canonicalize(dg_specs("float64")[0])
+    base = r.default(e, cl_device)
+    with pytest.raises(InvalidConfigurationError, match="work_items"):
+        r.check({**base, "work_items": 1 << 20}, e, cl_device)
+    with pytest.raises(InvalidConfigurationError, match="registers"):
+        r.check({**base, "acc1": 16, "acc2": 16, "vec": 16, "rows_per_pass": 1}, e, cl_device)
+    one_stage = {**base, "last": None, "acc2": 4}
+    with pytest.raises(InvalidConfigurationError, match="single_stage_acc"):
+        r.apply(generate_loopy(e), one_stage, e, cl_device)
+    with pytest.raises(InvalidConfigurationError, match="unknown parameter"):
+        r.check({**base, "tile": 3}, e, cl_device)

@@ -1,0 +1,143 @@
+"""contraction: two-operand tensor contractions (GEMM ``ik,kj->ij``, ``ijkl,mi->mjkl``,
+``ijk,jkl->il``...) by two-level tiling.
+
+The output's contiguous index ``x`` (read from operand ``B``) and the last output index
+``y`` of the other operand ``A`` form a 2D tile: ``lx x ly`` work-items per work-group
+(``l.0``/``l.1``), each computing a ``px x py`` register tile (``ilp``: independent
+accumulators). The main reduction ``k`` (the longest) advances ``kt`` at a time
+(unrolled inside a tile, ``unroll_k``); for each step the work-group may stage the
+``A`` and ``B`` tiles in local memory (``stage_a``/``stage_b``), reused by every
+work-item. ``order`` puts the other reduction loops outside or inside the ``k`` tile.
+Other output indices go to ``g.2`` (the first) and loops. Every length stays a runtime
+parameter; tiles past the end are guarded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import loopy as lp
+
+from feinsum import recipes as rc
+from feinsum import toolbox as tb
+from feinsum.spec import Array
+
+
+def _roles(e: Any) -> dict[str, Any] | str:
+    """The indices and operands the tiling uses, or why the recipe does not apply."""
+    if e.block_sparse is not None or e.reduction != "sum" or e.noperands != 2:
+        return "needs a dense two-operand sum"
+    if not all(isinstance(f, Array) for _, _, f in e.factors()):
+        return "formula operands: use generic"
+    if not e.reduction_indices:
+        return "no reduction index (elementwise: use generic/elementwise)"
+    x = e.out_indices[-1] if e.out_indices else None
+    if x is None:
+        return "a full reduction to a scalar"
+    b = 0 if x in e.in_indices[0] else 1
+    a = 1 - b
+    if x in e.in_indices[a]:
+        return f"{x} indexes both operands (a batch index): not a contraction tile"
+    ys = [i for i in e.out_indices if i in e.in_indices[a] and i not in e.in_indices[b]]
+    if not ys:
+        return "operand A has no free output index"
+    k = max(e.reduction_indices, key=lambda i: (not tb.is_fixed(e, i),
+                                                e.lengths[i] if tb.is_fixed(e, i) else 0))
+    rest = [i for i in e.out_indices if i not in (x, ys[-1])]
+    return {"x": x, "y": ys[-1], "k": k, "a": a, "b": b, "rest": rest,
+            "red": [i for i in e.reduction_indices if i != k]}
+
+
+def _tile_bytes(e: Any, p: dict[str, Any]) -> int:
+    size = tb.dtype_size(e)
+    n = p["kt"] * (p["lx"] * p["px"] * p["stage_b"] + p["ly"] * p["py"] * p["stage_a"])
+    return n * size * e.nrows
+
+
+def _space(e: Any, device: Any) -> rc.ParameterSpace:
+    maxwg, sizes = device.max_work_group_size, device.max_work_item_sizes
+    params = {
+        "lx": rc.PowersOfTwo(1, min(64, maxwg)), "ly": rc.PowersOfTwo(1, min(64, maxwg)),
+        "px": rc.Choice([1, 2, 4, 8]), "py": rc.Choice([1, 2, 4, 8]),
+        "kt": rc.Choice([1, 2, 4, 8, 16, 32]), "unroll_k": rc.Boolean(),
+        "stage_a": rc.Boolean(), "stage_b": rc.Boolean(),
+        "order": rc.Choice(["k_inner", "k_outer"]), "slabs": rc.Boolean(),
+        "fast_math": rc.Boolean(),
+    }
+    regs = 32 if device.is_cpu else 64  # accumulators per work-item
+    # PoCL compiles a CPU work-group into loops over its work-items: large groups with
+    # barriers and register tiles take minutes to compile and run no faster
+    group_tile = 1024 if device.is_cpu else 16384
+    cons = [
+        rc.at_most("work_group_size", lambda p: p["lx"] * p["ly"], maxwg,
+                "lx*ly <= max_work_group_size"),
+        rc.Constraint("work_item_sizes", lambda p: p["lx"] <= sizes[0] and p["ly"] <= sizes[1],
+                   "lx, ly <= max_work_item_sizes"),
+        rc.at_most("registers", lambda p: p["px"] * p["py"], regs,
+                f"register tile px*py <= {regs} accumulators"),
+        rc.at_most("group_tile", lambda p: p["lx"] * p["ly"] * p["px"] * p["py"], group_tile,
+                f"lx*ly*px*py <= {group_tile} outputs per work-group (bounded compile time)"),
+        rc.at_most("code_size", lambda p: p["px"] * p["py"] * (p["kt"] if p["unroll_k"] else 1),
+                256, "px*py*kt (unrolled) <= 256 statements"),
+        rc.at_most("local_memory", lambda p: _tile_bytes(e, p), device.local_mem_size,
+                "staged tiles <= local_mem_size"),
+        rc.Constraint("slabs_without_staging", lambda p: not (p["slabs"] and (
+            p["stage_a"] or p["stage_b"])), "slabs only without local staging (PoCL hangs "
+            "on barriers in slab-split loops)"),
+        rc.Constraint("staging_needs_tile", lambda p: not (p["stage_a"] or p["stage_b"])
+                   or p["kt"] > 1, "local staging needs kt > 1"),
+    ]
+    return rc.ParameterSpace(params, cons)
+
+
+def _default(e: Any, device: Any) -> dict[str, Any]:
+    if device.is_cpu:
+        return {"lx": 16, "ly": 1, "px": 1, "py": 8, "kt": 8, "unroll_k": True,
+                "stage_a": False, "stage_b": False, "order": "k_inner", "slabs": True,
+                "fast_math": False}
+    return {"lx": 16, "ly": 16, "px": 1, "py": 4, "kt": 16, "unroll_k": True,
+            "stage_a": True, "stage_b": True, "order": "k_inner", "slabs": False,
+            "fast_math": False}
+
+
+def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
+    """Two-level tiling: work-groups x work-items x register tiles, the reduction in
+    tiles staged in local memory."""
+    r = _roles(e)
+    assert isinstance(r, dict)
+    x, y, k = r["x"], r["y"], r["k"]
+    t = tb.silence(tb.assume_nonempty(t_unit, e), "v1_scheduler_fallback")
+    t = tb.distribute(t, x, work_items=p["lx"], axis=0, per_item=p["px"], per_item_tag="ilp",
+                      slabs=p["slabs"] and not tb.is_fixed(e, x))
+    t = tb.distribute(t, y, work_items=p["ly"], axis=1 if p["lx"] > 1 else 0, group_axis=1,
+                      per_item=p["py"], per_item_tag="ilp",
+                      slabs=p["slabs"] and not tb.is_fixed(e, y))
+    if r["rest"]:
+        t = tb.tag(t, {r["rest"][0]: "g.2"})
+    if p["kt"] > 1:  # unguarded tiles but the last one when slabs
+        t = lp.split_iname(t, k, p["kt"], outer_iname=f"{k}_t", inner_iname=f"{k}_u",
+                           inner_tag="unr" if p["unroll_k"] else None,
+                           slabs=(0, 1) if p["slabs"] and not tb.is_fixed(e, k) else (0, 0))
+    ktile, kin = (f"{k}_t", f"{k}_u") if p["kt"] > 1 else (k, None)
+    short = tb.short_inames(t, r["red"], 8)
+    t = tb.unroll(t, short)
+    loops = [i for i in r["red"] if i not in short]
+    order = [*loops, ktile] if p["order"] == "k_inner" else [ktile, *loops]
+    t = tb.prioritize(t, [*r["rest"][1:], *order, *([kin] if kin else [])])
+    outer = {f"{x}_g", f"{y}_g", *r["rest"], *order}
+    for c, flag, idx in ((r["a"], "stage_a", y), (r["b"], "stage_b", x)):
+        if not p[flag] or kin is None:
+            continue
+        sweep = [n for n in (f"{idx}_l", f"{idx}_p") if n in tb.inames_of(t)]
+        sweep += [kin] + [i for i in short if i in e.in_indices[c]]
+        for rule in tb.operand_rules(t, c):
+            t = tb.stage(t, rule, sweep, outer_inames=outer & set(tb.inames_of(t)))
+    return t
+
+
+RECIPE = rc.Recipe(
+    "contraction", applies=lambda e, device: (lambda r: r if isinstance(r, str) else None)(
+        _roles(e)), space=_space, default=_default, apply=_apply,
+    description="Two-operand contractions (GEMM family): work-group x work-item x register "
+    "tiles, reduction tiles staged in local memory.",
+)
