@@ -321,3 +321,17 @@ def test_recipes_for(recipe_dir, spec, cl_device) -> None:  # type: ignore[no-un
 # }}}
 
 # vim: foldmethod=marker
+
+
+def test_version_covers_the_modules_a_recipe_generates_code_with() -> None:
+    from pathlib import Path
+
+    from feinsum.recipes.recipe import code_dependencies
+
+    root = Path(__file__).resolve().parent.parent / "transforms"
+    deps = code_dependencies(root / "tiled_1d.py")
+    assert "feinsum.kernel_templates" in deps  # imported by the recipe
+    assert "feinsum.lowering" in deps  # imported by the kernel templates
+    assert "feinsum.toolbox" in deps
+    assert not any(n.startswith(("feinsum.database", "feinsum.recipes")) for n in deps)
+    assert "feinsum.toolbox_dense" in code_dependencies(root / "dg_operator.py")

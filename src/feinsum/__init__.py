@@ -79,7 +79,10 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module 'feinsum' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module), name)
+    mod = importlib.import_module(module)
+    # feinsum.recipes is both a module and (being callable) the function recipes():
+    # keep the module there, so `from feinsum import recipes as rc; rc.Recipe` works too
+    value = mod if module == f"feinsum.{name}" else getattr(mod, name)
     globals()[name] = value
     return value
 

@@ -61,6 +61,54 @@ def toolbox_source_hash() -> str:
     return _source_hash(Path(feinsum.toolbox.__file__))
 
 
+#: feinsum modules that cannot change the code a recipe generates: not part of its version.
+_NOT_CODEGEN = ("feinsum.recipes", "feinsum.errors", "feinsum.database", "feinsum.cli",
+                "feinsum.devices", "feinsum.hook", "feinsum.tuning")
+
+
+def _feinsum_imports(path: Path) -> set[str]:
+    """feinsum modules a Python file imports anywhere (read with ast, never executed)."""
+    import ast
+
+    names: set[str] = set()
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return names
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.startswith("feinsum."))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "feinsum":  # from feinsum import toolbox as tb
+                names.update(f"feinsum.{a.name}" for a in node.names)
+            elif node.module.startswith("feinsum."):
+                names.add(node.module)
+    return {n for n in names if not n.startswith(_NOT_CODEGEN)}
+
+
+def code_dependencies(path: Path) -> dict[str, Path]:
+    """The feinsum modules whose source can change what the recipe in *path* generates:
+    those it imports, transitively (the toolboxes, kernel templates, the reference
+    lowering), without the database, CLI, device and recipe-format modules."""
+    import importlib.util
+
+    found: dict[str, Path] = {}
+    todo = sorted(_feinsum_imports(path) | {"feinsum.toolbox"})
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue  # `from feinsum import array` names a function, not a module
+        found[name] = Path(spec.origin)
+        todo.extend(sorted(_feinsum_imports(found[name]) - set(found)))
+    return dict(sorted(found.items()))
+
+
 def _fmt(params: Mapping[str, Any]) -> str:
     try:
         return canonical_json(params)
@@ -139,18 +187,21 @@ class Recipe:
 
     @property
     def version(self) -> str:
-        """sha256 (16 hex digits) of the recipe file's source and the toolbox source: an
-        edited recipe or toolbox never reuses old timings."""
+        """sha256 (16 hex digits) of the recipe file's source and of every feinsum module it
+        uses to generate code (:func:`code_dependencies`): an edited recipe, toolbox or
+        kernel template never reuses old timings."""
         if self._version is None:
             h = hashlib.sha256()
             src = self.source_path
             if src is not None and src.is_file():
                 h.update(src.read_bytes())
+                for dep in code_dependencies(src).values():
+                    h.update(dep.read_bytes())
             else:  # defined interactively: the bytecode is all there is
                 for fn in (self._applies, self._space, self._default, self._apply):
                     code = getattr(fn, "__code__", None)
                     h.update(code.co_code if code is not None else repr(fn).encode())
-            h.update(toolbox_source_hash().encode())
+                h.update(toolbox_source_hash().encode())
             self._version = h.hexdigest()[:16]
         return self._version
 
