@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pymbolic.primitives as prim
 
+from feinsum.errors import SpecificationError
 from feinsum.spec import INDEX_REDUCTIONS, Array, BatchedEinsum, Length, is_long
 
 #: OpenCL builtins that act elementwise on vector types.
@@ -580,9 +581,12 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
 
     enable_vector_calls()
     split = nsplit > 1
-    assert not (split and block_sparse)
+    if split and block_sparse:
+        raise SpecificationError(
+            "a block-sparse reduction cannot also be split over j (nsplit > 1)")
     form = analyze(e, block_sparse=block_sparse)
-    assert not isinstance(form, str), form
+    if isinstance(form, str):
+        raise SpecificationError(f"this kernel template does not fit the spec: {form}")
     upd = Updater(e.reduction, form.dtype)
     ii, io = var("ii"), var("io")
     tiled = split and tile > 1
