@@ -44,11 +44,9 @@ CPU_PICKS: dict[str, list[dict[str, Any]]] = {
     "dg_operator": [{"vec": 8, "work_items": 4}, {"vec": 8, "work_items": 16},
                     {"vec": 4, "work_items": 8}, {"vec": 8, "rows_per_pass": 2},
                     {"vec": 16, "work_items": 2}],
-    "contraction": [{"lx": 16, "ly": 1, "px": 1, "py": 8, "kt": 8},
-                    {"lx": 32, "ly": 1, "px": 1, "py": 4, "kt": 16},
-                    {"lx": 16, "ly": 4, "px": 1, "py": 4, "kt": 16, "stage_a": True,
-                     "stage_b": True},
-                    {"lx": 64, "ly": 1, "px": 1, "py": 8, "kt": 4, "order": "k_outer"}],
+    "contraction": [{"tx": 2, "ty": 8}, {"tx": 1, "ty": 16}, {"tx": 2, "ty": 12},
+                    {"tx": 4, "ty": 4}, {"tx": 2, "ty": 8, "lx": 4},
+                    {"scheme": "tiled", "lx": 16, "ly": 1, "px": 1, "py": 8, "kt": 8}],
 }
 
 

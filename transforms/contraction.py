@@ -1,15 +1,14 @@
-"""contraction: two-operand tensor contractions (GEMM ``ik,kj->ij``, ``ijkl,mi->mjkl``,
-``ijk,jkl->il``...) by two-level tiling.
+"""contraction: two-operand tensor contractions (``ik,kj->ij``, ``ijkl,mi->mjkl``,
+``ijk,jkl->il``...) by two-level tiling, in one of two schemes.
 
-The output's contiguous index ``x`` (read from operand ``B``) and the last output index
-``y`` of the other operand ``A`` form a 2D tile: ``lx x ly`` work-items per work-group
-(``l.0``/``l.1``), each computing a ``px x py`` register tile (``ilp``: independent
-accumulators). The main reduction ``k`` (the longest) advances ``kt`` at a time
-(unrolled inside a tile, ``unroll_k``); for each step the work-group may stage the
-``A`` and ``B`` tiles in local memory (``stage_a``/``stage_b``), reused by every
-work-item. ``order`` puts the other reduction loops outside or inside the ``k`` tile.
-Other output indices go to ``g.2`` (the first) and loops. Every length stays a runtime
-parameter; tiles past the end are guarded.
+``tiled`` (portable, GPUs): the output's contiguous index ``x`` (from operand ``B``) and
+the last free index ``y`` of operand ``A`` form ``lx x ly`` work-items per group, each
+with a ``px x py`` register tile (``ilp``); the longest reduction ``k`` advances ``kt`` at
+a time (``unroll_k``), its ``A``/``B`` tiles optionally staged in local memory
+(``stage_a``/``stage_b``); ``order`` nests other reductions outside or inside it.
+``vector`` (CPUs): each work-item owns ``ty`` entries of ``y`` times ``tx`` OpenCL vectors
+of ``vec`` entries of ``x`` (:func:`feinsum.toolbox_dense.vector_tile_kernel`), ``lx``
+work-items per group. Other output indices: ``g.2`` and loops. Lengths stay runtime.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import loopy as lp
 
 from feinsum import recipes as rc
 from feinsum import toolbox as tb
+from feinsum import toolbox_dense as td
 from feinsum.spec import Array
 
 
@@ -31,15 +31,14 @@ def _roles(e: Any) -> dict[str, Any] | str:
         return "formula operands: use generic"
     if not e.reduction_indices:
         return "no reduction index (elementwise: use generic/elementwise)"
-    x = e.out_indices[-1] if e.out_indices else None
-    if x is None:
+    if not e.out_indices:
         return "a full reduction to a scalar"
+    x = e.out_indices[-1]
     b = 0 if x in e.in_indices[0] else 1
     a = 1 - b
     if x in e.in_indices[a]:
         return f"{x} indexes both operands (a batch index): not a contraction tile"
-    ys = [i for i in e.out_indices if i in e.in_indices[a] and i not in e.in_indices[b]]
-    if not ys:
+    if not (ys := [i for i in e.out_indices if i not in e.in_indices[b]]):
         return "operand A has no free output index"
     k = max(e.reduction_indices, key=lambda i: (not tb.is_fixed(e, i),
                                                 e.lengths[i] if tb.is_fixed(e, i) else 0))
@@ -49,9 +48,8 @@ def _roles(e: Any) -> dict[str, Any] | str:
 
 
 def _tile_bytes(e: Any, p: dict[str, Any]) -> int:
-    size = tb.dtype_size(e)
     n = p["kt"] * (p["lx"] * p["px"] * p["stage_b"] + p["ly"] * p["py"] * p["stage_a"])
-    return n * size * e.nrows
+    return n * tb.dtype_size(e) * e.nrows
 
 
 def _space(e: Any, device: Any) -> rc.ParameterSpace:
@@ -62,12 +60,15 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
         "kt": rc.Choice([1, 2, 4, 8, 16, 32]), "unroll_k": rc.Boolean(),
         "stage_a": rc.Boolean(), "stage_b": rc.Boolean(),
         "order": rc.Choice(["k_inner", "k_outer"]), "slabs": rc.Boolean(),
-        "fast_math": rc.Boolean(),
+        "fast_math": rc.Boolean(), "scheme": rc.Choice(["tiled", "vector"]),
+        "vec": rc.Choice([1, 4, 8, 16]), "tx": rc.IntRange(1, 4), "ty": rc.IntRange(1, 16),
     }
     regs = 32 if device.is_cpu else 64  # accumulators per work-item
     # PoCL compiles a CPU work-group into loops over its work-items: large groups with
     # barriers and register tiles take minutes to compile and run no faster
     group_tile = 1024 if device.is_cpu else 16384
+    lanes = int((device.native_vector_width_float if tb.dtype_size(e) == 4 else
+                 device.native_vector_width_double) or 1)
     cons = [
         rc.at_most("work_group_size", lambda p: p["lx"] * p["ly"], maxwg,
                 "lx*ly <= max_work_group_size"),
@@ -77,6 +78,8 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
                 f"register tile px*py <= {regs} accumulators"),
         rc.at_most("group_tile", lambda p: p["lx"] * p["ly"] * p["px"] * p["py"], group_tile,
                 f"lx*ly*px*py <= {group_tile} outputs per work-group (bounded compile time)"),
+        rc.at_most("vector_tile", lambda p: p["tx"] * p["ty"] * p["vec"], 32 * lanes,
+                   "tx*ty*vec accumulator lanes <= 32 native vectors"),
         rc.at_most("code_size", lambda p: p["px"] * p["py"] * (p["kt"] if p["unroll_k"] else 1),
                 256, "px*py*kt (unrolled) <= 256 statements"),
         rc.at_most("local_memory", lambda p: _tile_bytes(e, p), device.local_mem_size,
@@ -91,20 +94,26 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
+    lanes = device.native_vector_width_float if tb.dtype_size(e) == 4 else (
+        device.native_vector_width_double)
+    vector = {"scheme": "vector", "vec": min(16, max(1, int(lanes or 1))), "tx": 1, "ty": 8}
     if device.is_cpu:
-        return {"lx": 16, "ly": 1, "px": 1, "py": 8, "kt": 8, "unroll_k": True,
+        return {"lx": 1, "ly": 1, "px": 1, "py": 8, "kt": 8, "unroll_k": True,
                 "stage_a": False, "stage_b": False, "order": "k_inner", "slabs": True,
-                "fast_math": False}
+                "fast_math": False, **vector}
     return {"lx": 16, "ly": 16, "px": 1, "py": 4, "kt": 16, "unroll_k": True,
             "stage_a": True, "stage_b": True, "order": "k_inner", "slabs": False,
-            "fast_math": False}
+            "fast_math": False, **vector, "scheme": "tiled"}
 
 
 def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     """Two-level tiling: work-groups x work-items x register tiles, the reduction in
-    tiles staged in local memory."""
+    tiles staged in local memory; or vector register tiles (CPUs)."""
     r = _roles(e)
     assert isinstance(r, dict)
+    if p["scheme"] == "vector":
+        return td.vector_tile_kernel(t_unit, e, x=r["x"], y=r["y"], b=r["b"], vec=p["vec"],
+                                     tx=p["tx"], ty=p["ty"], work_items=p["lx"])
     x, y, k = r["x"], r["y"], r["k"]
     t = tb.silence(tb.assume_nonempty(t_unit, e), "v1_scheduler_fallback")
     t = tb.distribute(t, x, work_items=p["lx"], axis=0, per_item=p["px"], per_item_tag="ilp",
@@ -112,15 +121,13 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     t = tb.distribute(t, y, work_items=p["ly"], axis=1 if p["lx"] > 1 else 0, group_axis=1,
                       per_item=p["py"], per_item_tag="ilp",
                       slabs=p["slabs"] and not tb.is_fixed(e, y))
-    if r["rest"]:
-        t = tb.tag(t, {r["rest"][0]: "g.2"})
+    t = tb.tag(t, {r["rest"][0]: "g.2"}) if r["rest"] else t
     if p["kt"] > 1:  # unguarded tiles but the last one when slabs
         t = lp.split_iname(t, k, p["kt"], outer_iname=f"{k}_t", inner_iname=f"{k}_u",
                            inner_tag="unr" if p["unroll_k"] else None,
                            slabs=(0, 1) if p["slabs"] and not tb.is_fixed(e, k) else (0, 0))
     ktile, kin = (f"{k}_t", f"{k}_u") if p["kt"] > 1 else (k, None)
-    short = tb.short_inames(t, r["red"], 8)
-    t = tb.unroll(t, short)
+    t = tb.unroll(t, short := tb.short_inames(t, r["red"], 8))
     loops = [i for i in r["red"] if i not in short]
     order = [*loops, ktile] if p["order"] == "k_inner" else [ktile, *loops]
     t = tb.prioritize(t, [*r["rest"][1:], *order, *([kin] if kin else [])])
@@ -138,6 +145,5 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
 RECIPE = rc.Recipe(
     "contraction", applies=lambda e, device: (lambda r: r if isinstance(r, str) else None)(
         _roles(e)), space=_space, default=_default, apply=_apply,
-    description="Two-operand contractions (GEMM family): work-group x work-item x register "
-    "tiles, reduction tiles staged in local memory.",
-)
+    description="Two-operand contractions (GEMM family): tiled work-groups/items/registers "
+    "with local-memory reduction tiles, or CPU vector register tiles.")
