@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -16,19 +15,9 @@ import feinsum
 from feinsum.spec import LONG_THRESHOLD
 
 lp = pytest.importorskip("loopy")
+from loopy_kernels import F32, F64, g, knl  # noqa: E402
+
 import feinsum.loopy_ops  # noqa: E402
-
-F32, F64 = np.float32, np.float64
-
-
-def knl(domain, insns, args, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return lp.make_kernel(domain, insns, args, lang_version=(2018, 2), **kw)
-
-
-def g(names, dtype=F64, shape=lp.auto, **kw):
-    return lp.GlobalArg(names, dtype, shape=shape, **kw)
 
 
 def face_mass(nrows: int, fixed_e: int | None = None):
