@@ -282,10 +282,11 @@ def test_shipped_records_without_a_writable_cache(tmp_path: Path,
         assert user.count(include_shipped=True) == 5  # loaded into memory instead
 
 
-def test_default_shipped_locations() -> None:
+def test_default_shipped_locations(monkeypatch: pytest.MonkeyPatch) -> None:
     import feinsum
     from feinsum.database.shipped import default_shipped_dirs, shipped_files
 
+    monkeypatch.delenv("FEINSUM_SHIPPED", raising=False)  # conftest hides shipped records
     dirs = default_shipped_dirs()
     pkg = Path(feinsum.__file__).resolve().parent
     assert dirs[0] == pkg / "_shipped" / "db"
@@ -299,10 +300,30 @@ def test_default_shipped_locations() -> None:
 
 def test_repository_shipped_records_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                          ) -> None:
-    """The records committed in db/ (if any) are valid exports."""
+    """The records committed in db/ (if any) are valid exports, and the default database
+    sees them."""
+    from feinsum.database.shipped import shipped_files
+
     monkeypatch.setenv("FEINSUM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("FEINSUM_SHIPPED", raising=False)
     with open_database(":memory:") as d:
         d.revision()  # loads them (or finds none)
+        shipped = d.shipped_store
+        assert (shipped is None) == (not shipped_files(True))
+    monkeypatch.setenv("FEINSUM_SHIPPED", "none")
+    with open_database(":memory:") as d:
+        assert d.shipped_store is None
+
+
+def test_shipped_env_var_names_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from feinsum.database.shipped import shipped_files
+
+    f = tmp_path / "team.jsonl"
+    f.write_text("")
+    monkeypatch.setenv("FEINSUM_SHIPPED", str(tmp_path))
+    assert shipped_files(True) == [f.resolve()]
+    monkeypatch.setenv("FEINSUM_SHIPPED", "off")
+    assert shipped_files(True) == []
 
 
 # }}}

@@ -35,10 +35,21 @@ def default_shipped_dirs() -> list[Path]:
     return dirs
 
 
+#: environment variable overriding where (or whether) shipped records are read
+SHIPPED_ENV_VAR = "FEINSUM_SHIPPED"
+
+
 def shipped_files(spec: bool | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
                   ) -> list[Path]:
     """The export files *spec* names (True: the default locations; a path or a list of
     paths: those files, or the ``*.jsonl[.gz]`` files in those directories)."""
+    if spec is True:
+        # $FEINSUM_SHIPPED overrides the default: "none" (or "0"/"off") for no shipped
+        # records, else os.pathsep-separated export files or directories
+        env = os.environ.get(SHIPPED_ENV_VAR)
+        if env is not None:
+            spec = False if env.strip().lower() in ("", "0", "none", "off") else [
+                p for p in env.split(os.pathsep) if p]
     if spec is False:
         return []
     if spec is True:
