@@ -349,12 +349,16 @@ def autotune(
         failures=dict(collections.Counter(m.status for m in new if not m.ok)),
     )
     if progress:
+        import sys
+
         from rich.console import Console
 
-        Console().print(result.table())
+        # rich assumes 80 columns when stdout is not a terminal: too narrow for the table
+        console = Console(width=None if sys.stdout.isatty() else 160)
+        console.print(result.table())
         if skipped:
-            Console().print("not applicable: " + "; ".join(f"{k}: {v}"
-                                                           for k, v in skipped.items()))
+            console.print("not applicable: " + "; ".join(f"{k}: {v}"
+                                                         for k, v in skipped.items()))
     return result
 
 
