@@ -34,23 +34,21 @@ def contraction_specs(dt: str) -> list[fs.BatchedEinsum]:
 
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 def test_random_configurations_match_evaluate(dt, cl_queue):  # type: ignore[no-untyped-def]
-    from feinsum.recipes.testing import check_random_configurations
+    from feinsum.recipes.testing import assert_all_ok, check_random_configurations
 
     cases = check_random_configurations(recipe(), contraction_specs(dt), cl_queue, n=10,
                                         seed=21 if dt == "float32" else 22)
     assert len(cases) == 10
-    bad = [str(c) for c in cases if c.error]
-    assert not bad, "\n".join(bad)
+    assert_all_ok(cases)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 def test_exhaustive_sweep(dt, cl_queue):  # type: ignore[no-untyped-def]
-    from feinsum.recipes.testing import check_random_configurations
+    from feinsum.recipes.testing import assert_all_ok, check_random_configurations
 
     cases = check_random_configurations(recipe(), contraction_specs(dt), cl_queue, n=60, seed=5)
-    bad = [str(c) for c in cases if c.error]
-    assert not bad, "\n".join(bad)
+    assert_all_ok(cases)
 
 
 def test_applies_to_two_operand_contractions(cl_device):  # type: ignore[no-untyped-def]

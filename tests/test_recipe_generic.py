@@ -12,7 +12,11 @@ import pytest
 import feinsum
 from feinsum.errors import InvalidConfigurationError
 from feinsum.recipes import get_recipe
-from feinsum.recipes.testing import check_configuration, check_random_configurations
+from feinsum.recipes.testing import (
+    assert_all_ok,
+    check_configuration,
+    check_random_configurations,
+)
 
 f32, f64 = np.float32, np.float64
 
@@ -49,16 +53,11 @@ def elementwise_specs() -> list[feinsum.BatchedEinsum]:
     ]
 
 
-def _assert_all_ok(cases) -> None:  # type: ignore[no-untyped-def]
-    bad = [str(c) for c in cases if c.error]
-    assert not bad, "\n".join(bad)
-
-
 def test_generic_random_configurations(cl_queue) -> None:  # type: ignore[no-untyped-def]
     cases = check_random_configurations(get_recipe("generic"), generic_specs(), cl_queue,
                                         n=20, seed=4)
     assert len(cases) == 20
-    _assert_all_ok(cases)
+    assert_all_ok(cases)
 
 
 def test_generic_staging(cl_queue) -> None:  # type: ignore[no-untyped-def]
@@ -102,7 +101,7 @@ def test_elementwise_random_configurations(cl_queue) -> None:  # type: ignore[no
     cases = check_random_configurations(get_recipe("elementwise"), elementwise_specs(),
                                         cl_queue, n=20, seed=5)
     assert len(cases) == 20
-    _assert_all_ok(cases)
+    assert_all_ok(cases)
 
 
 def test_applies(cl_device) -> None:  # type: ignore[no-untyped-def]
@@ -146,5 +145,5 @@ def test_constraint_violations_are_named(cl_device) -> None:  # type: ignore[no-
 @pytest.mark.parametrize("name", ["generic", "elementwise"])
 def test_sweep(name, cl_queue) -> None:  # type: ignore[no-untyped-def]
     specs = generic_specs() if name == "generic" else elementwise_specs()
-    _assert_all_ok(check_random_configurations(get_recipe(name), specs, cl_queue,
+    assert_all_ok(check_random_configurations(get_recipe(name), specs, cl_queue,
                                                n=25 * len(specs), seed=11))

@@ -121,3 +121,10 @@ def check_random_configurations(
             err = check_configuration(recipe, e, params, lengths, queue, seed)
             cases.append(Case(e, dict(params), lengths, err))
     return cases
+
+
+def assert_all_ok(cases: Sequence[Case]) -> None:
+    """Fail (``AssertionError``, for test suites) listing every case that went wrong."""
+    bad = [str(c) for c in cases if c.error]
+    if bad:
+        raise AssertionError("\n".join(bad))
