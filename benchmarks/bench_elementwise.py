@@ -26,11 +26,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_einsum import Runner, sweep  # noqa: E402
+from bench_einsum import Runner, sweep
 
-import feinsum as fs  # noqa: E402
-from feinsum.costs import cost  # noqa: E402
-from feinsum.roofline import measure_roofline  # noqa: E402
+import feinsum as fs
+from feinsum.costs import cost
+from feinsum.roofline import measure_roofline
 
 
 def min_time(fn: Any, repeat: int = 20, budget: float = 0.5) -> float:
