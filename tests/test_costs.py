@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import feinsum as fs
-from feinsum.costs import Cost, cost
+from feinsum.costs import Cost, contraction_flops, cost
 from feinsum.lowering import generate_loopy
 
 
@@ -113,3 +113,36 @@ def test_missing_length_is_named() -> None:
         cost(e, {"N": 3})
     with pytest.raises(fs.SpecificationError, match="positive integer"):
         cost(e, {"N": 3, "M": 0})
+
+
+def test_contraction_flops_of_the_dg_family() -> None:
+    f8 = np.float64
+    J, D = fs.array("J", (3, 3, "E"), f8), fs.array("D", (3, 35, 35), f8)
+    u3, u = fs.array("u", (3, "E", 35), f8), fs.array("u", ("E", 35), f8)
+    n = {"E": 10}
+    div = fs.einsum("xre,rij,xej->ei", J, D, u3)
+    # W[r,e,j] = sum_x J u: 2*3*3*35; then sum_{r,j} D W: 2*3*35*35 (per element)
+    assert contraction_flops(div, n) == 10 * (2 * 315 + 2 * 3675)
+    assert cost(div, n).total_flops == 10 * 3 * 3 * 35 * 35 * 3  # two multiplies + add
+    grad = fs.einsum("xre,rij,ej->xei", J, D, u)
+    assert contraction_flops(grad, n) == 10 * (2 * 3675 + 2 * 315)
+    L, Jf = fs.array("L", (35, 4, 15), f8), fs.array("J", (4, "E"), f8)
+    v = fs.array("v", (4, "E", 15), f8)
+    # J v: one multiply per (f, e, j), nothing summed; then sum_{f,j} L (J v)
+    assert contraction_flops(fs.einsum("ifj,fe,fej->ei", L, Jf, v), n) == 10 * (60 + 4200)
+
+
+def test_contraction_flops_never_exceed_the_naive_count() -> None:
+    a, b = fs.array("a", (6, 5), np.float32), fs.array("b", (5, 4), np.float32)
+    for e in (fs.einsum("ij,jk->ik", a, b), fs.einsum("ij,ij->ij", a, a),
+              fs.einsum("ij->i", a), fs.einsum("ij,jk->", a, b),
+              fs.batched_einsum("ij,jk->ik", [[a, b], [a, b]])):
+        assert 0 < contraction_flops(e) <= cost(e).total_flops
+    # ij,jk-> sums j and k: contract over j first (6*5*4 FMAs), then reduce i, k adds
+    assert contraction_flops(fs.einsum("ij,jk->", a, b)) <= 2 * 6 * 5 * 4 + 6 * 4
+    # rows are counted separately
+    one = contraction_flops(fs.einsum("ij,jk->ik", a, b))
+    assert contraction_flops(fs.batched_einsum("ij,jk->ik", [[a, b], [a, b]])) == 2 * one
+    # reductions other than sum and complex values keep the naive count
+    e = fs.einsum("ij,jk->ik", a, b, reduction="max")
+    assert contraction_flops(e) == cost(e).total_flops

@@ -49,6 +49,7 @@ _LAZY: dict[str, str] = {
     "evaluate": "feinsum.reference",
     "cost": "feinsum.costs",
     "Cost": "feinsum.costs",
+    "contraction_flops": "feinsum.costs",
     "get_device": "feinsum.devices",
     "device_info": "feinsum.devices",
     "DeviceInfo": "feinsum.devices",
