@@ -448,9 +448,8 @@ class CompiledEinsum:
         except RecipeError as exc:
             raise RecipeFailure(str(exc)) from exc
         args = dict(canon)
-        if self.spec.block_sparse is not None:
-            bs = self.canonical.block_sparse
-            assert bs is not None
+        bs = self.canonical.block_sparse
+        if bs is not None:
             m, n = (self._length(canon, ix) for ix in (bs.out_index, bs.reduction_index))
             args.update(self._range_inputs(ranges, m, n, choice, ctx, queue, canon))
         try:

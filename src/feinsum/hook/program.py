@@ -184,9 +184,8 @@ class _Run:
                 answer, note, tuned_here = self.tune(e_at, m.canonical_key)
                 notes.append(note)
                 action = "tuned" if tuned_here else "replayed"
-        if not answer.is_default:
-            rec = answer.record
-            assert rec is not None
+        rec = answer.record
+        if not answer.is_default and rec is not None:
             info: dict[str, Any] = {"rung": answer.rung, "recipe": rec.recipe_name,
                     "recipe_version": rec.recipe_version, "params": dict(rec.params),
                     "expected_gflops": rec.gflops, "record_id": rec.uid,

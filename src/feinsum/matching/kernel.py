@@ -74,7 +74,9 @@ class _Kernel:
 
     # {{{ reads / writes
 
-    def _rw(self) -> None:
+    def _rw(self) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        if self._writers is not None and self._readers is not None:
+            return self._writers, self._readers
         writers: dict[str, list[str]] = {}
         readers: dict[str, list[str]] = {}
         for insn in self.insns:
@@ -83,18 +85,13 @@ class _Kernel:
             for v in insn.read_dependency_names():
                 readers.setdefault(v, []).append(insn.id)
         self._writers, self._readers = writers, readers
+        return writers, readers
 
     def writers(self, var: str) -> list[str]:
-        if self._writers is None:
-            self._rw()
-        assert self._writers is not None
-        return self._writers.get(var, [])
+        return self._rw()[0].get(var, [])
 
     def readers(self, var: str) -> list[str]:
-        if self._readers is None:
-            self._rw()
-        assert self._readers is not None
-        return self._readers.get(var, [])
+        return self._rw()[1].get(var, [])
 
     def depends(self, later: str, earlier: str) -> bool:
         """Whether statement *later* depends (transitively) on *earlier*."""

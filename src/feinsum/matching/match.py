@@ -121,8 +121,13 @@ def _columns(rows: list[_Row]) -> tuple[tuple[tuple[str, ...], ...], list[list[_
                         slots[c] = f
                         remaining.remove(f)
                         break
-        assert not remaining and all(s is not None for s in slots)
-        table.append([s for s in slots if s is not None])
+        placed = [s for s in slots if s is not None]
+        if remaining or len(placed) != len(slots):
+            raise EinsumMatchError(
+                f"statements {rows[0].insn_ids[0]!r} and {row.insn_ids[0]!r} were grouped as "
+                "rows of one batched einsum but their operands do not pair up: a bug in "
+                "feinsum's matcher; please report it with the kernel")
+        table.append(placed)
     return in_indices, table
 
 
