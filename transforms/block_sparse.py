@@ -17,19 +17,20 @@ from typing import Any
 import loopy as lp
 import numpy as np
 
+from feinsum import kernel_analysis as ka
 from feinsum import kernel_templates as kt
 from feinsum.recipes import Boolean, Choice, Constraint, IntRange, ParameterSpace, Recipe
 
 
 def _applies(e: Any, device: Any) -> str | None:
-    form = kt.analyze(e, block_sparse=True)
+    form = ka.analyze(e, block_sparse=True)
     if isinstance(form, str):
         return form
     return None if device.is_cpu else "a CPU scheme"
 
 
 def _space(e: Any, device: Any) -> ParameterSpace:
-    form = kt.analyze(e, block_sparse=True)
+    form = ka.analyze(e, block_sparse=True)
     nv = 1 if isinstance(form, str) else form.nvalues
     return ParameterSpace(
         V=Choice([4, 8, 16]), U=IntRange(1, 4), denorms_are_zero=Boolean(),
@@ -40,7 +41,7 @@ def _space(e: Any, device: Any) -> ParameterSpace:
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
-    form = kt.analyze(e, block_sparse=True)
+    form = ka.analyze(e, block_sparse=True)
     single = not isinstance(form, str) and form.dtype.itemsize == 4
     return {"V": 16 if single else 8, "U": 1, "denorms_are_zero": single}
 
@@ -48,10 +49,8 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
 def _prepare(e: Any, arrays: Any, params: dict[str, Any]) -> dict[str, Any]:
     from feinsum.block_sparse import launch_table
 
-    form = kt.analyze(e, block_sparse=True)
-    assert not isinstance(form, str), form
-    a = form.i_arrays[0]
-    m = int(np.shape(arrays[a.name])[kt.long_axis(a)])
+    a = kt.template_form(e, block_sparse=True).i_arrays[0]
+    m = int(np.shape(arrays[a.name])[ka.long_axis(a)])
     table = launch_table(arrays["ranges_i"], arrays["slices_i"], m, params["V"] * params["U"])
     return {"launch": table, "nblocks": np.int32(table.shape[0])}
 

@@ -4,7 +4,7 @@ Each work-item owns ``U`` vectors of ``V`` consecutive output rows (``U*V`` rows
 its rows' i-variables into private vector registers (structure of arrays; rows past ``M``
 repeat row ``M-1`` and are never stored), then walks every ``j`` once, broadcasting the
 j-variables, and folds each term into vector accumulators with explicit select
-statements (:class:`feinsum.kernel_templates.Updater`): one ``exp`` evaluates ``V`` pairs
+statements (:class:`feinsum.reduction_updates.Updater`): one ``exp`` evaluates ``V`` pairs
 with AVX-512, which PoCL does not do across work-items by itself. The ``U`` vectors give
 independent dependency chains (latency hiding). Lengths stay runtime parameters.
 """
@@ -15,6 +15,7 @@ from typing import Any
 
 import loopy as lp
 
+from feinsum import kernel_analysis as ka
 from feinsum import kernel_templates as kt
 from feinsum.recipes import (
     Boolean,
@@ -27,7 +28,7 @@ from feinsum.recipes import (
 
 
 def _applies(e: Any, device: Any) -> str | None:
-    form = kt.analyze(e)
+    form = ka.analyze(e)
     if isinstance(form, str):
         return form
     if not device.is_cpu:
@@ -36,7 +37,7 @@ def _applies(e: Any, device: Any) -> str | None:
 
 
 def _space(e: Any, device: Any) -> ParameterSpace:
-    form = kt.analyze(e)
+    form = ka.analyze(e)
     nv = 1 if isinstance(form, str) else form.nvalues
     return ParameterSpace(
         V=Choice([4, 8, 16]), U=IntRange(1, 4), denorms_are_zero=Boolean(),
@@ -47,7 +48,7 @@ def _space(e: Any, device: Any) -> ParameterSpace:
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
-    form = kt.analyze(e)
+    form = ka.analyze(e)
     nv = 1 if isinstance(form, str) else form.nvalues
     itemsize = 4 if isinstance(form, str) else form.dtype.itemsize
     width = device.native_vector_width_float if itemsize == 4 else (

@@ -17,6 +17,7 @@ from typing import Any
 
 import loopy as lp
 
+from feinsum import kernel_analysis as ka
 from feinsum import kernel_templates as kt
 from feinsum.recipes import (
     Boolean,
@@ -30,12 +31,12 @@ from feinsum.recipes import (
 
 
 def _applies(e: Any, device: Any) -> str | None:
-    form = kt.analyze(e)
+    form = ka.analyze(e)
     return form if isinstance(form, str) else None
 
 
 def _space(e: Any, device: Any) -> ParameterSpace:
-    form = kt.analyze(e)
+    form = ka.analyze(e)
     nv = 1 if isinstance(form, str) else form.nvalues
     return ParameterSpace(
         V=Choice([4, 8, 16]), U=IntRange(1, 2), nsplit=PowersOfTwo(2, 256),
@@ -47,7 +48,7 @@ def _space(e: Any, device: Any) -> ParameterSpace:
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
-    form = kt.analyze(e)
+    form = ka.analyze(e)
     single = not isinstance(form, str) and form.dtype.itemsize == 4
     # many more work-groups than cores: PoCL hands them out as cores free up, so a core
     # shared with another process does not hold the others back

@@ -46,9 +46,9 @@ RANGE_DTYPE = np.dtype(np.int32)
 
 
 def _form(e: BatchedEinsum) -> Any:
-    """The spec as a :class:`feinsum.kernel_templates.Form` (any dtype, any other output
+    """The spec as a :class:`feinsum.kernel_analysis.Form` (any dtype, any other output
     index lengths); only one reduction index is supported."""
-    from feinsum import kernel_templates as kt
+    from feinsum import kernel_analysis as ka
     from feinsum.lowering import check_reduction_dtypes, compute_dtype
 
     bs = e.block_sparse
@@ -59,7 +59,7 @@ def _form(e: BatchedEinsum) -> Any:
             "block-sparse reductions over more than one reduction index are not supported; "
             f"this spec reduces over {', '.join(e.reduction_indices)}")
     check_reduction_dtypes(e)
-    used = kt._array_indices(e)
+    used = ka.array_indices(e)
     for a in e.arrays:
         if bs.out_index in used[a.name] and bs.reduction_index in used[a.name]:
             raise SpecificationError(
@@ -67,7 +67,7 @@ def _form(e: BatchedEinsum) -> Any:
                 f"{bs.reduction_index!r}: block-sparse specs take point clouds, not matrices")
     dtype = np.result_type(*(compute_dtype(e, r) for r in range(e.nrows)))
     short = tuple(k for k in e.out_indices if k != bs.out_index)
-    return kt.Form(e, bs.out_index, bs.reduction_index, short, (), (), (), (), dtype)
+    return ka.Form(e, bs.out_index, bs.reduction_index, short, (), (), (), (), dtype)
 
 
 # {{{ reference kernel
@@ -121,7 +121,9 @@ def generate_block_sparse_loopy(e: BatchedEinsum) -> Any:
     and the int32 lengths ``nranges_i``, ``nredranges_j``."""
     import loopy as lp
 
+    from feinsum import kernel_analysis as ka
     from feinsum import kernel_templates as kt
+    from feinsum.reduction_updates import Updater, neutral_value
 
     form = _form(e)
     i, j = form.i, form.j
@@ -148,7 +150,7 @@ def generate_block_sparse_loopy(e: BatchedEinsum) -> Any:
     ]
 
     index_kind = e.reduction in INDEX_REDUCTIONS
-    upd = kt.Updater(e.reduction, np.dtype(form.dtype))
+    upd = Updater(e.reduction, np.dtype(form.dtype))
     dense_args = kt.reference_args(e)
     out_dtype = {a.name: a.dtype for a in dense_args}
     acc_dt = upd.index_dtype if index_kind else form.dtype
@@ -167,7 +169,7 @@ def generate_block_sparse_loopy(e: BatchedEinsum) -> Any:
     out_idx = tuple(kt_var(o) for o in e.out_indices)
     fill_ids = []
     for r in range(nrows):
-        neutral = kt.neutral_value(e.reduction, np.dtype(out_dtype[f"out{r}"].numpy_dtype))
+        neutral = neutral_value(e.reduction, np.dtype(out_dtype[f"out{r}"].numpy_dtype))
         insns.append(lp.Assignment(kt.sub(f"out{r}", *out_fill), neutral, id=f"fill{r}",
                                    within_inames=frozenset(k for k, _ in fill_names)))
         fill_ids.append(f"fill{r}")
@@ -195,7 +197,7 @@ def generate_block_sparse_loopy(e: BatchedEinsum) -> Any:
         lp.Assignment("jend", kt.sub("redranges_j", kt_var("s"), 1), id="jend",
                       within_inames=s_inames),
     ]
-    terms = kt.row_terms(form, unroll_short=False)
+    terms = ka.row_terms(form, unroll_short=False)
     update_ids: list[str] = []
     init_ids: list[str] = []
     for term in terms:
@@ -205,7 +207,7 @@ def generate_block_sparse_loopy(e: BatchedEinsum) -> Any:
             insns.append(lp.Assignment(lhs, rhs, id=f"init{r}_{k}", within_inames=row_inames,
                                        depends_on=frozenset({"istart", "iend"})))
             init_ids.append(f"init{r}_{k}")
-        insns.append(lp.Assignment(val, kt.product(term.factors), id=f"val{r}",
+        insns.append(lp.Assignment(val, ka.product(term.factors), id=f"val{r}",
                                    within_inames=j_inames,
                                    depends_on=frozenset({"jstart", "jend", "sstart", "send"})))
         prev = f"val{r}"
@@ -325,7 +327,7 @@ def evaluate_block_sparse(e: BatchedEinsum, arrays: Mapping[str, Any]) -> dict[s
         raise EvaluationError(str(exc)) from exc
 
     # outputs start at the neutral value
-    from feinsum import kernel_templates as kt
+    from feinsum.reduction_updates import neutral_value
 
     names = output_names(e)
     probe = evaluate(dense, _take(values, axes, form.i, np.zeros(1, np.int64), form.j,
@@ -339,7 +341,7 @@ def evaluate_block_sparse(e: BatchedEinsum, arrays: Mapping[str, Any]) -> dict[s
             results[name] = np.full(shape, -1, np.int32)
         else:
             dt = probe[name].dtype
-            results[name] = np.full(shape, kt.neutral_value(e.reduction, dt), dt)
+            results[name] = np.full(shape, neutral_value(e.reduction, dt), dt)
     for k in range(ranges_i.shape[0]):
         i0, i1 = int(ranges_i[k, 0]), int(ranges_i[k, 1])
         lo = int(slices_i[k - 1]) if k > 0 else 0
