@@ -278,7 +278,7 @@ def test_list(filled_db: Path) -> None:
     d = as_json(feinsum("list", "--json", db=filled_db))
     (g,) = d["groups"]
     assert (g["records"], g["ok"], g["device_name"]) == (3, 2, TEST_DEVICE)
-    assert g["best_gflops"] == pytest.approx(2 * 64 * 1024 / 1.1e-5 / 1e9)
+    assert g["best_gflops"] == pytest.approx(2 * 64 * 1024 / 1e-5 / 1e9)  # at min time
     assert g["label"] == "ab,cb->ca"
     assert as_json(feinsum("list", "--device", "nomatch", "--json", db=filled_db))[
         "groups"] == []
@@ -292,7 +292,7 @@ def test_report(filled_db: Path, tmp_path: Path) -> None:
     d = as_json(feinsum("report", "-o", str(png), "--html", str(page), "--json",
                         db=filled_db))
     (row,) = d["rows"]
-    assert row["speedup"] == pytest.approx(4.1e-5 / 1.1e-5) and row["recipe"] == "generic"
+    assert row["speedup"] == pytest.approx(4e-5 / 1e-5) and row["recipe"] == "generic"
     assert png.read_bytes().startswith(b"\x89PNG")
     html = page.read_text()
     assert "<svg" in html and "generic" in html and "<script" not in html
@@ -300,7 +300,7 @@ def test_report(filled_db: Path, tmp_path: Path) -> None:
     feinsum("report", "-o", str(svg), db=filled_db)
     assert "<svg" in svg.read_text()
     text = feinsum("report", "--no-plot", db=filled_db).stdout
-    assert "3.73x" in text
+    assert "4.00x" in text  # minimum times, as the tuner ranks
     _one_line_error(feinsum("report", "-o", str(tmp_path / "r.pdf"), db=filled_db,
                             check=None), ".png or .svg")
 

@@ -1,4 +1,5 @@
-"""``feinsum query`` (every record of an einsum) and ``feinsum best`` (the fallback chain)."""
+"""``feinsum query`` (every record of an einsum, fastest first) and ``feinsum best`` (the
+fallback chain). Fastest: the smallest minimum time, as ``feinsum tune`` ranks."""
 
 from __future__ import annotations
 
@@ -79,12 +80,16 @@ def _query(args: argparse.Namespace) -> int:
 
     print_table(
         f"{len(records)} records of {spec.subscripts} ({canonical_key(spec)})",
-        ["record", "device", "lengths", "recipe", "status", "median ms", "GFLOP/s",
-         "configuration"],
+        ["record", "device", "lengths", "recipe", "status", "min ms", "median ms",
+         "GFLOP/s", "configuration"],
         [[f"{r.source}#{r.id}", r.device_name, lengths_text(r.lengths), r.recipe_name,
-          r.status, fmt_float(None if r.median_time is None else r.median_time * 1e3),
-          fmt_float(r.gflops), params_text(r.params)] for r in records])
+          r.status, _ms(r.min_time), _ms(r.median_time), fmt_float(r.gflops),
+          params_text(r.params)] for r in records])
     return 0
+
+
+def _ms(seconds: float | None) -> str:
+    return fmt_float(None if seconds is None else seconds * 1e3, 4)
 
 
 def _device_for_best(db: Any, text: str | None) -> Any:
@@ -129,8 +134,8 @@ def _best(args: argparse.Namespace) -> int:
               f"{lengths_text(r.lengths)}")
         print(f"  recipe    {r.recipe_name} {r.recipe_version}")
         print(f"  config    {params_text(r.params, 400)}")
-        ms = "-" if r.median_time is None else f"{r.median_time * 1e3:.4g} ms"
-        print(f"  speed     {ms}, {fmt_float(r.gflops)} GFLOP/s")
+        print(f"  speed     {_ms(r.min_time)} ms min (median {_ms(r.median_time)} ms), "
+              f"{fmt_float(r.gflops)} GFLOP/s")
     else:
         d = out["default"]
         if d["recipe"] is None:

@@ -33,7 +33,8 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def _rows(db: Any, info: Any) -> list[dict[str, Any]]:
-    """Per einsum and lengths: the fastest record and the untransformed one."""
+    """Per einsum and lengths: the fastest record and the untransformed one (fastest: the
+    smallest minimum time, the order of ``Database.query``; ``seconds`` is that time)."""
     from feinsum.cli.common import einsum_label
     from feinsum.cli.dbread import einsum_text, groups
     from feinsum.measurement import UNTRANSFORMED
@@ -55,11 +56,11 @@ def _rows(db: Any, info: Any) -> list[dict[str, Any]]:
             rows.append({
                 "einsum": label, "canonical_key": g.canonical_key, "lengths": lk,
                 "record": f"{best.source}#{best.id}", "recipe": best.recipe_name,
-                "gflops": best.gflops, "seconds": best.median_time,
+                "gflops": best.gflops, "seconds": best.min_time,
                 "intensity": (best.flops / best.bytes) if best.flops and best.bytes else None,
                 "untransformed_gflops": None if base is None else base.gflops,
-                "speedup": (base.median_time / best.median_time
-                            if base is not None and base.median_time and best.median_time
+                "speedup": (base.min_time / best.min_time
+                            if base is not None and base.min_time and best.min_time
                             else None),
             })
     return rows
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"device": info.name, "roofline": stored, "rows": rows, "files": written})
         return 0
-    print_table(f"{title}: fastest record vs the untransformed kernel",
+    print_table(f"{title}: fastest record (minimum time) vs the untransformed kernel",
                 ["einsum", "lengths", "recipe", "GFLOP/s", "untransformed", "speed-up",
                  "record"],
                 [[r["einsum"], r["lengths"], r["recipe"], fmt_float(r["gflops"]),

@@ -257,7 +257,8 @@ class Database:
         include_shipped: bool = True,
     ) -> list[Record]:
         """Records of *einsum* (by canonical key: every length it was timed at unless
-        *lengths* is given) on *device*, fastest first (median time). See :func:`query`."""
+        *lengths* is given) on *device*, fastest first (minimum time; ties: median time,
+        then insertion order, the user's records before shipped ones). See :func:`query`."""
         key: str | None
         if einsum is None:
             key = None
@@ -280,8 +281,7 @@ class Database:
                     seen.add(r.uid)
                     records.append(r)
         if len(self._stores(include_shipped)) > 1:
-            records.sort(key=lambda r: (r.median_time is None, r.median_time or 0.0,
-                                        r.source != "user", r.id))
+            records.sort(key=lambda r: (r.rank_key[:4], r.source != "user", r.id))
         return records if limit is None else records[:limit]
 
     def best(
@@ -351,11 +351,24 @@ class Database:
                         cands.append(
                             (2, (not same, other_name, dist, mm), si, (e, d, lk), dist)
                         )
-            for rung, _, si, (e, d, lk), dist in sorted(cands, key=lambda c: c[:3]):
-                record = stores[si].fastest(conns[si], e, d, lk, filters)
-                if record is not None:
+            ordered = sorted(cands, key=lambda c: c[:3])
+            i = 0
+            while i < len(ordered):
+                # Groups tied on rung and key (minimum time): their records' medians decide,
+                # then the store (user first) and insertion order.
+                j = i + 1
+                while j < len(ordered) and ordered[j][:2] == ordered[i][:2]:
+                    j += 1
+                found = []
+                for rung, _, si, (e, d, lk), dist in ordered[i:j]:
+                    record = stores[si].fastest(conns[si], e, d, lk, filters)
+                    if record is not None:
+                        found.append((record.rank_key[2:4], si, record.id, rung, dist, record))
+                if found:
+                    *_, rung, dist, record = min(found, key=lambda f: f[:3])
                     return Answer(_RUNG_NAMES[rung], record, ident.canonical_key, asked,
                                   distance=dist)
+                i = j
         return Answer("default", None, ident.canonical_key, asked)
 
     def _identity_for_best(self, einsum: EinsumLike) -> EinsumIdentity:
@@ -508,7 +521,8 @@ def query(
     **kwargs: Any,
 ) -> list[Record]:
     """The records of *einsum* (same canonical key) on *device* (any device if None),
-    fastest first.
+    fastest first: by minimum time (the autotuner's figure of merit), ties by median time,
+    then insertion order; records without a time (failures) last.
 
     Filters: *recipe* (a name or ``(name, version)``), *status* (``"ok"`` by default; a
     list, or None for all), library versions, *driver_version*, *max_age* (a timedelta),
@@ -539,7 +553,9 @@ def best(
     4. ``"default"``: nothing known: ``Answer.record``/``recipe``/``params`` are None and
        the caller applies its recipe's heuristic default.
 
-    Only ``ok`` records count. Keyword filters: ``lengths=``, ``recipe=``,
-    ``recipe_versions=`` ({name: current version}: ignore records of other versions),
+    "Fastest" is the smallest minimum time, as the autotuner ranks (ties: the smaller
+    median time, then the earlier record). Only ``ok`` records count. Keyword filters:
+    ``lengths=``, ``recipe=``, ``recipe_versions=`` ({name: current version}: ignore
+    records of other versions),
     ``loopy_version=``, ``pyopencl_version=``, ``max_age=``."""
     return _resolve_db(db).best(einsum, device, **kwargs)

@@ -32,9 +32,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 #: The Alembic revision the models describe (the newest migration).
-SCHEMA_VERSION = "0002"
+SCHEMA_VERSION = "0003"
 #: Every revision this code can upgrade from, oldest first (ends with SCHEMA_VERSION).
-KNOWN_VERSIONS: tuple[str, ...] = ("0001", "0002")
+KNOWN_VERSIONS: tuple[str, ...] = ("0001", "0002", "0003")
 #: Alembic's version table; prefixed so a shared server database may also hold an
 #: application's own ``alembic_version``.
 VERSION_TABLE = "feinsum_alembic_version"
@@ -165,13 +165,15 @@ class Measurement(Base):
     # No single-column indexes on recipe_id/configuration_id: reference rows are never
     # deleted, and SQLite's planner would pick them over the lookup index.
     __table_args__ = (
-        # best()/query(): by einsum and device, grouped by lengths, fastest first.
+        # best()/query(): by einsum and device, grouped by lengths, fastest first (minimum
+        # time, ties by median; revision 0003 replaced the median-only lookup index).
         Index(
-            "ix_measurements_lookup",
+            "ix_measurements_rank",
             "einsum_id",
             "device_id",
             "status",
             "lengths_key",
+            "min_time",
             "median_time",
         ),
         Index("ix_measurements_device_id", "device_id"),
@@ -194,12 +196,14 @@ class Measurement(Base):
     sample_count: Mapped[int] = mapped_column(Integer, default=0)
     #: Every timing sample in seconds, a JSON list.
     samples_json: Mapped[str] = mapped_column(Text, default="[]")
+    #: The figure of merit records are ranked by (ties: median_time, then id).
     min_time: Mapped[float | None] = mapped_column(Float)
     median_time: Mapped[float | None] = mapped_column(Float)
     #: (max - min) / median of the samples.
     spread: Mapped[float | None] = mapped_column(Float)
     flops: Mapped[float | None] = mapped_column(Float)
     bytes: Mapped[float | None] = mapped_column(Float)
+    #: flops / min_time (before revision 0003 new records had flops / median_time).
     gflops: Mapped[float | None] = mapped_column(Float)
     validation_error: Mapped[float | None] = mapped_column(Float)
     message: Mapped[str | None] = mapped_column(Text)

@@ -205,7 +205,10 @@ class NewMeasurement:
     """One measurement to store with :meth:`Database.add_measurement`.
 
     Timing summaries (``min_time``, ``median_time``, ``spread``) are computed from
-    ``samples`` when not given; ``gflops`` from ``flops`` and the median; ``lengths``
+    ``samples`` when not given (a measurement given only a median gets it as its
+    ``min_time``, records being ranked by ``min_time``, and one given only a minimum gets
+    it as its median); ``gflops`` from ``flops`` and
+    ``min_time``, the figure of merit the autotuner reports; ``lengths``
     defaults to the lengths the einsum fixes; library versions, host and timestamps are
     filled in automatically. A failed measurement (any status but ``"ok"``) may have no
     samples. ``validation_error`` may be ``inf``/``nan`` (a wrong result); it is stored as
@@ -282,12 +285,18 @@ def normalise(m: NewMeasurement) -> MeasurementRow:
         median_time = statistics.median(fs) if median_time is None else median_time
         if spread is None and median_time:
             spread = (max(fs) - min(fs)) / median_time
-    if m.status == "ok" and median_time is None:
-        raise DatabaseError("an 'ok' measurement needs samples or a median_time")
+    if m.status == "ok" and median_time is None and min_time is None:
+        raise DatabaseError("an 'ok' measurement needs samples, a min_time or a median_time")
+    if min_time is None:
+        min_time = median_time
+    elif median_time is None:
+        median_time = min_time
+    if min_time is not None and median_time is not None and min_time > median_time:
+        raise DatabaseError(f"min_time={min_time!r} exceeds median_time={median_time!r}")
     flops = _finite("flops", m.flops)
     gflops = _finite("gflops", m.gflops)
-    if gflops is None and flops is not None and median_time:
-        gflops = flops / median_time * 1e-9
+    if gflops is None and flops is not None and min_time:
+        gflops = flops / min_time * 1e-9
     verr = m.validation_error
     if verr is not None:
         verr = float(verr)
@@ -330,6 +339,21 @@ def normalise(m: NewMeasurement) -> MeasurementRow:
         lengths_key=lengths_key(lengths),
         values=values,
     )
+
+
+def upgrade_timing(values: dict[str, Any]) -> None:
+    """Bring measurement *values* written before schema revision 0003 to its rules, in
+    place (what that revision does to a database file): a record timed by its median alone
+    gets it as ``min_time``; a GFLOP/s derived from ``median_time`` is derived from
+    ``min_time`` instead."""
+    median, flops, gflops = values.get("median_time"), values.get("flops"), values.get("gflops")
+    if values.get("min_time") is None:
+        values["min_time"] = median
+    low = values["min_time"]
+    if gflops is not None and flops and median and low and (
+        abs(gflops * median - flops * 1e-9) <= 1e-9 * abs(flops) * 1e-9
+    ):
+        values["gflops"] = flops * 1e-9 / low
 
 
 # }}}
@@ -382,12 +406,24 @@ class Record:
         return params_key(self.params)
 
     def __repr__(self) -> str:
-        t = "-" if self.median_time is None else f"{self.median_time:.3g}s"
+        t = "-" if self.min_time is None else f"{self.min_time:.3g}s"
         return (
             f"Record({self.source}#{self.id}, {self.canonical_key}, {dict(self.lengths)}, "
             f"{self.device_name!r}, {self.recipe_name}@{self.recipe_version[:8]}, "
-            f"{self.params_key}, {self.status}, median={t})"
+            f"{self.params_key}, {self.status}, min={t})"
         )
+
+    @property
+    def seconds(self) -> float | None:
+        """The figure of merit records are ranked by: the minimum time per call."""
+        return self.min_time
+
+    @property
+    def rank_key(self) -> tuple[bool, float, bool, float, int]:
+        """How :func:`query` orders records of one database: minimum time, then median
+        time (records without a time last), then insertion order."""
+        return (self.min_time is None, self.min_time or 0.0,
+                self.median_time is None, self.median_time or 0.0, self.id)
 
 
 @dataclass(frozen=True)

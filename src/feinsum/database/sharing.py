@@ -45,6 +45,7 @@ from .records import (
     canonical_json,
     lengths_key,
     params_key,
+    upgrade_timing,
 )
 from .store import Store, device_from_dict
 
@@ -379,6 +380,7 @@ def measurement_row(obj: Mapping[str, Any], where: str, checked: _Checked) -> Me
         values[name] = _req(obj, name, str, where, nullable=True) if name in obj else None
     if status == "ok" and values["median_time"] is None:
         raise DatabaseError(f"{where}: an 'ok' measurement without median_time")
+    upgrade_timing(values)
     return MeasurementRow(
         identity=ident,
         device=device,

@@ -55,7 +55,13 @@ RECORD_SELECT = (
     .join(RT, M.recipe_id == R.id)
     .join(CT, M.configuration_id == C.id)
 )
-BY_SPEED = (M.median_time.is_(None), M.median_time, M.id)
+#: How records are ranked: minimum time (the autotuner's figure of merit), then median
+#: time, then insertion order; records without a time last (NULLs sort differently per
+#: backend, hence the explicit IS NULL keys).
+BY_SPEED = (M.min_time.is_(None), M.min_time, M.median_time.is_(None), M.median_time, M.id)
+#: The fastest of one group: ``ok`` records always have a min_time (revision 0003), and the
+#: IS NOT NULL condition lets the rank index deliver them in order on every backend.
+FASTEST_ORDER = (M.min_time, M.median_time, M.id)
 Q_ONE = RECORD_SELECT.where(
     M.einsum_id == sa.bindparam("eid"), M.device_id == sa.bindparam("did"),
     M.status == sa.bindparam("status"),
@@ -64,8 +70,10 @@ Q_ONE_LIMIT = Q_ONE.limit(sa.bindparam("limit"))
 FASTEST = RECORD_SELECT.where(
     M.einsum_id == sa.bindparam("eid"), M.device_id == sa.bindparam("did"),
     M.status == sa.bindparam("status"), M.lengths_key == sa.bindparam("lk"),
-).order_by(M.median_time, M.id).limit(1)
-GROUP_COLUMNS = (M.device_id, M.einsum_id, M.lengths_key, sa.func.min(M.median_time))
+    M.min_time.is_not(None),
+).order_by(*FASTEST_ORDER).limit(1)
+#: (device, einsum, lengths) groups with their fastest minimum time.
+GROUP_COLUMNS = (M.device_id, M.einsum_id, M.lengths_key, sa.func.min(M.min_time))
 GROUPS = (
     sa.select(*GROUP_COLUMNS)
     .where(

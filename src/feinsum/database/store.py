@@ -31,6 +31,7 @@ from .statements import (
     BUMP_REVISION,
     BY_SPEED,
     FASTEST,
+    FASTEST_ORDER,
     GROUP_COLUMNS,
     GROUPS,
     INSERT_MEASUREMENT,
@@ -308,7 +309,12 @@ class Store:
             values = self._row_values(txn, row)
             result = txn.conn.execute(INSERT_MEASUREMENT, values)
             pk = result.inserted_primary_key
-            assert pk is not None
+            if pk is None or pk[0] is None:
+                raise DatabaseError(
+                    f"{self.where}: the database driver returned no id for the new "
+                    "measurement, so it was not stored (rolled back); use a driver that "
+                    "reports inserted primary keys (RETURNING or lastrowid)"
+                )
             return int(pk[0])
 
     def add_measurements(self, rows: Iterable[MeasurementRow], *, skip_existing: bool = False,
@@ -471,7 +477,7 @@ class Store:
         self, conn: Connection, einsum_ids: Sequence[int], device_ids: Sequence[int],
         filters: Filters,
     ) -> list[tuple[int, int, str, float]]:
-        """(device id, einsum id, lengths key, fastest median) per group of records."""
+        """(device id, einsum id, lengths key, fastest minimum time) per group of records."""
         if not einsum_ids or not device_ids:
             return []
         if filters.plain:
@@ -496,8 +502,8 @@ class Store:
         else:
             conds = filters.conditions(joined=True)
             conds += [M.einsum_id == einsum_id, M.device_id == device_id,
-                      M.lengths_key == lengths_key]
-            stmt = RECORD_SELECT.where(*conds).order_by(M.median_time, M.id).limit(1)
+                      M.lengths_key == lengths_key, M.min_time.is_not(None)]
+            stmt = RECORD_SELECT.where(*conds).order_by(*FASTEST_ORDER).limit(1)
             row = conn.execute(stmt).first()
         return None if row is None else row_to_record(row, self.source)
 
