@@ -2,7 +2,7 @@
 ``shared/workloads.md``, one process, one run, same data.
 
     python benchmarks/bench_einsum.py [--quick] [--only div grad ...] [--configs 12]
-                                      [--no-untransformed] [--seed 0]
+                                      [--no-untransformed] [--seed 0] [--block 8]
 
 For each workload: feinsum (the best of a plain sweep of its recipe's parameter space:
 the heuristic default, a few hand-picked CPU configurations and ``--configs`` random
@@ -14,6 +14,12 @@ flop count, :func:`feinsum.cost`), the fraction of the roofline measured in this
 host wall-clock for one enqueue + finish with preallocated outputs (median of repeats);
 peers allocate their outputs, as a user's call does. ``--quick``: small sizes, a smoke
 test. Timings on a shared machine are noisy: compare only ratios from one run.
+
+The ``*_blocked`` workloads hold the same values as the plain DG ones stored
+element-blocked: ``u_b[b, j, l] = u[b*B + l, j]`` (``--block`` B, default 8: eight float64
+in an AVX-512 register), the element axis split into ``(E/B, B)`` with ``B`` moved last.
+Their peers run on the blocked arrays; the fastest peer on the plain layout (the same
+work) is printed too, with feinsum's ratio to it.
 """
 
 from __future__ import annotations
@@ -50,9 +56,16 @@ CPU_PICKS: dict[str, list[dict[str, Any]]] = {
 }
 
 
-def workloads(quick: bool) -> dict[str, tuple[str, Any]]:
-    """name -> (recipe name, spec) for every reference workload."""
-    E = 2000 if quick else 50_000
+#: blocked workload -> the plain workload with the same values.
+BLOCKED = {"local_blocked": "local", "divergence_blocked": "divergence",
+           "gradient_blocked": "gradient", "face_mass_blocked": "face_mass"}
+
+
+def workloads(quick: bool, block: int = 8) -> dict[str, tuple[str, Any]]:
+    """name -> (recipe name, spec) for every reference workload (and the blocked DG ones)."""
+    E = 2400 if quick else 50_000
+    if E % block:
+        raise SystemExit(f"--block {block} must divide the element count {E}")
     a = fs.array
     D, D3 = a("D", (35, 35), F64), a("D", (3, 35, 35), F64)
     J3, L, Jf = a("J", (3, 3, E), F64), a("L", (35, 4, 15), F64), a("J", (4, E), F64)
@@ -79,7 +92,44 @@ def workloads(quick: bool) -> dict[str, tuple[str, Any]]:
         "two_index": ("contraction", fs.einsum("ijk,jkl->il", a("A", (il, jk, jk), F32),
                                                a("B", (jk, jk, il), F32))),
     }
+    NB, B = E // block, block
+    Jb, ub = a("J", (3, 3, NB, B), F64), a("u0", (NB, 35, B), F64)
+    out |= {
+        "local_blocked": ("dg_operator", fs.einsum("ij,bjl->bil", D, ub)),
+        "divergence_blocked": ("dg_operator", fs.einsum(
+            "xrbl,rij,xbjl->bil", Jb, D3, a("u0", (3, NB, 35, B), F64))),
+        "gradient_blocked": ("dg_operator", fs.einsum("xrbl,rij,bjl->xbil", Jb, D3, ub)),
+        "face_mass_blocked": ("dg_operator", fs.einsum(
+            "ifj,fbl,fbjl->bil", L, a("J", (4, NB, B), F64), a("v0", (4, NB, 15, B), F64))),
+    }
     return out
+
+
+def canonical_inputs(spec: Any, named: dict[str, Any]) -> dict[str, Any]:
+    """*named* (arrays of *spec* by their names) keyed by the canonical names."""
+    from feinsum.canonical import canonical_lengths, canonicalize, isomorphism
+
+    e = canonicalize(spec).with_lengths(canonical_lengths(spec))
+    return {c: named[u] for c, u in isomorphism(e, spec).arrays.items()}
+
+
+def blocked_inputs(plain: Any, blocked: Any, seed: int) -> tuple[dict[str, Any],
+                                                                  dict[str, Any]]:
+    """Canonical inputs of *plain* and of *blocked* holding the same values: the axis of
+    length E of each plain array split into (E/B, B), B moved last."""
+    from feinsum.validation import random_inputs
+
+    named = random_inputs(plain, {}, seed)
+    out = {}
+    for arr in blocked.arrays:
+        x = named[arr.name]
+        k = next((k for k, (m, n) in enumerate(zip(x.shape, arr.shape, strict=True))
+                  if m != n), None)
+        if k is not None:
+            x = x.reshape(*x.shape[:k], arr.shape[k], -1, *x.shape[k + 1:])
+            x = np.ascontiguousarray(np.moveaxis(x, k + 1, -1))
+        out[arr.name] = x
+    return canonical_inputs(plain, named), canonical_inputs(blocked, out)
 
 
 def median_time(fn: Any, repeat: int, min_time: float = 0.3) -> float:
@@ -189,6 +239,7 @@ def main() -> None:
                     help="random configurations per workload (default 12; quick 2)")
     ap.add_argument("--no-untransformed", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--block", type=int, default=8, help="B of the *_blocked workloads")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")  # loopy's parameter-finder notes on every call
     nconf = args.configs if args.configs is not None else (2 if args.quick else 12)
@@ -214,13 +265,20 @@ def main() -> None:
     print(f"device: {info.name}; roofline this run: {roof}")
     print(f"{'workload':14} {'who':22} {'seconds':>10} {'GFLOP/s':>8} {'roof':>6} "
           f"{'BW':>6} {'vs peer':>8}")
-    for name, (rname, spec) in workloads(args.quick).items():
+    specs = workloads(args.quick, args.block)
+    for name, (rname, spec) in specs.items():
         if args.only and name not in args.only:
             continue
         e, lengths = canonicalize(spec), canonical_lengths(spec)
         c = cost(e, lengths)
         flops, nbytes = float(c.total_flops), float(c.bytes)
         inputs = random_inputs(e, lengths, args.seed)
+        plain_peers: dict[str, float] = {}
+        if name in BLOCKED:
+            plain = specs[BLOCKED[name]][1]
+            plain_inputs, inputs = blocked_inputs(plain, spec, args.seed)
+            plain_peers = time_peers(canonicalize(plain), plain_inputs, min_samples=5,
+                                     min_time=0.2)
         run = Runner(e, lengths, inputs, queue)
         recipe = get_recipe(rname)
         t_best, cfg, tried = sweep(recipe, e, run, info, nconf, args.seed)
@@ -230,6 +288,9 @@ def main() -> None:
             rows.append(untransformed(e, lengths, flops, queue, args.seed))
         rows += sorted(peers.items(), key=lambda kv: kv[1])
         fastest = min(peers.values()) if peers else None
+        if plain_peers:
+            who, t_plain = min(plain_peers.items(), key=lambda kv: kv[1])
+            rows.append((f"{who.split('.')[0]} (plain)", t_plain))
         for who, t in rows:
             frac = roof.fraction(e.value_dtype(0), flops, nbytes, t) if np.isfinite(t) else None
             ratio = f"{fastest / t:7.2f}x" if fastest and np.isfinite(t) else "     n/a"
@@ -237,6 +298,9 @@ def main() -> None:
             print(f"{name:14} {who:22} {t:10.5f} {flops / t / 1e9:8.2f} "
                   f"{'' if frac is None else f'{frac:6.1%}':>6} {bw:6.1%} {ratio:>8}")
         print(f"{'':14} best of {tried} configurations: {cfg}")
+        if plain_peers:
+            print(f"{'':14} feinsum vs the fastest peer on the plain layout: "
+                  f"{min(plain_peers.values()) / t_best:.2f}x")
         sys.stdout.flush()
     print(f"(peers: {', '.join(sorted(peers))}; {os.cpu_count()} cores; ratios > 1: faster "
           "than the fastest peer)")

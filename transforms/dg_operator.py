@@ -10,7 +10,10 @@ gathered into private vectors, the contraction runs in one or two stages (``last
 operand contracted last, ``null``: all at once), each stage computing ``acc1``/``acc2``
 outputs at once with independent accumulators in one reduction loop, ``rows_per_pass``
 fields sharing every loop. The operator is read from global memory (cached) or staged
-in local memory (``local_operator``). See :mod:`feinsum.toolbox_dense`.
+in local memory (``local_operator``). ``lanes="index"`` (element-blocked data, e.g.
+``ij,bjl->bil``): the lanes are the output's last index ``l`` instead, operands read and
+written as whole vectors (``vec`` must then equal its length). See
+:mod:`feinsum.toolbox_dense`.
 """
 
 from __future__ import annotations
@@ -36,40 +39,18 @@ def _native_lanes(e: Any, device: Any) -> int:
     return max(1, int(w or 1))
 
 
+def _lane(e: Any, p: dict[str, Any]) -> str | None:
+    return td.lane_index(e) if p["lanes"] == "index" else None
+
+
 def _private_bytes(e: Any, p: dict[str, Any]) -> int:
     """Private memory per work-item: gathered operands, stage results, accumulators."""
-    el, size = td.element_index(e), _itemsize(e) * p["vec"]
-    n = 0
-    for c in range(e.noperands):
-        if el in e.in_indices[c]:
-            m = 1
-            for i in e.in_indices[c]:
-                m *= int(e.lengths[i]) if i != el else 1
-            n += m * (e.nrows if c in _row_specific(e) else 1)
-    stages = td.element_stages(e, p["last"])
-    for st in stages[:-1]:
-        m = 1
-        for i in st.out:
-            m *= int(e.lengths[i])
-        n += m * e.nrows
-    n += (p["acc1"] + p["acc2"]) * e.nrows
-    return n * size
-
-
-def _row_specific(e: Any) -> set[int]:
-    """Operand columns whose arrays differ between rows."""
-    return {c for c in range(e.noperands) if len({e.arguments[r][c] for r in range(e.nrows)}) > 1}
+    stages = td.element_stages(e, p["last"], _lane(e, p))
+    return td.private_entries(e, stages, (p["acc1"], p["acc2"])) * _itemsize(e) * p["vec"]
 
 
 def _operator_bytes(e: Any) -> int:
-    el, n = td.element_index(e), 0
-    for c in range(e.noperands):
-        if el not in e.in_indices[c]:
-            m = 1
-            for i in e.in_indices[c]:
-                m *= int(e.lengths[i])
-            n += m * (e.nrows if c in _row_specific(e) else 1)
-    return n * _itemsize(e)
+    return td.operator_entries(e) * _itemsize(e)
 
 
 def _space(e: Any, device: Any) -> rc.ParameterSpace:
@@ -78,8 +59,10 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
     regs = 16 * _native_lanes(e, device)  # half of 32 vector registers, in lanes
     private = PRIVATE_CPU if device.is_cpu else PRIVATE_GPU
     lasts = [None, *range(e.noperands)] if e.noperands >= 3 else [None]
+    B = int(e.lengths[e.out_indices[-1]]) if td.lane_index(e) else 0
     params = {
-        "last": rc.Choice(lasts), "vec": rc.Choice([v for v in VEC if v <= max(lanes, 1)]),
+        "last": rc.Choice(lasts), "vec": rc.Choice([v for v in VEC if v <= lanes or v == B]),
+        "lanes": rc.Choice(["elements", "index"]),
         "work_items": rc.PowersOfTwo(1, min(256, maxwg)),
         "acc1": rc.IntRange(1, 16), "acc2": rc.IntRange(1, 16),
         "rows_per_pass": rc.IntRange(1, e.nrows), "unroll": rc.Choice(UNROLL),
@@ -97,6 +80,13 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
                 device.local_mem_size, "staged operator <= local_mem_size"),
         rc.Constraint("single_stage_acc", lambda p: len(td.element_stages(e, p["last"])) > 1
                    or p["acc2"] == 1, "acc2 = 1 when the plan has one stage"),
+        rc.Constraint("lane_index", lambda p: p["lanes"] == "elements" or not
+                      td.lane_reason(e), "lanes='index' needs the output's last index of "
+                      "length 2/4/8/16 as the last axis of every element operand that has "
+                      "it: store data element-blocked, u_b[b, j, l] = u[b*B + l, j]",
+                      lambda p: str(td.lane_reason(e))),
+        rc.Constraint("lane_vec", lambda p: p["lanes"] == "elements" or p["vec"] == B,
+                      f"vec = {B}, the lane index's length, when lanes='index'"),
     ]
     return rc.ParameterSpace(params, cons)
 
@@ -109,8 +99,9 @@ def _best_acc(n: int, budget: int) -> int:
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
     options = [None, *range(e.noperands)] if e.noperands >= 3 else [None]
-    last = min(options, key=lambda c: td.stage_flops(e, td.element_stages(e, c)))
-    stages = td.element_stages(e, last)
+    lane = td.lane_index(e)
+    last = min(options, key=lambda c: td.stage_flops(e, td.element_stages(e, c, lane)))
+    stages = td.element_stages(e, last, lane)
     lanes = _native_lanes(e, device) if device.is_cpu else 1
     accs = []
     for st in stages:
@@ -119,17 +110,21 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     cfg: dict[str, Any] = {
            "last": last, "vec": min(lanes, 16), "work_items": 4 if device.is_cpu else 64,
            "acc1": accs[0], "acc2": accs[1] if len(accs) > 1 else 1, "rows_per_pass": 1,
-           "unroll": 4, "local_operator": not device.is_cpu, "fast_math": False}
+           "unroll": 4, "local_operator": not device.is_cpu, "fast_math": False,
+           "lanes": "index" if lane else "elements"}
+    if lane:
+        cfg["vec"] = int(e.lengths[lane])
     while _private_bytes(e, cfg) > (PRIVATE_CPU if device.is_cpu else PRIVATE_GPU) and (
-            cfg["vec"] > 1):
+            cfg["vec"] > 1 and not lane):
         cfg["vec"] //= 2
     return cfg
 
 
 def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     """Elements as vector lanes, element operands gathered into registers, the
-    contraction in stages with several independent accumulators per loop."""
-    stages = td.element_stages(e, p["last"])
+    contraction in stages with several independent accumulators per loop (lane mode:
+    the lane index as vector lanes)."""
+    stages = td.element_stages(e, p["last"], _lane(e, p))
     return td.element_kernel(
         t_unit, e, stages, vec=p["vec"], work_items=p["work_items"],
         acc=[p["acc1"], p["acc2"]], rows_per_pass=p["rows_per_pass"], unroll=p["unroll"],
