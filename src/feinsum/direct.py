@@ -479,7 +479,7 @@ class CompiledEinsum:
 
     def _empty(self, lengths: Mapping[str, int], queue: Any, on_device: bool) -> Any:
         """A zero length: the outputs are empty or reduce over nothing (neutral values)."""
-        from feinsum.kernel_templates import neutral_value
+        from feinsum.reduction_updates import neutral_value
 
         e = self.spec
         out: dict[str, Any] = {}

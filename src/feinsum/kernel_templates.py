@@ -33,7 +33,6 @@ from feinsum.kernel_analysis import (
     short_index,
 )
 from feinsum.reduction_updates import Updater, enable_vector_calls
-from feinsum.reduction_updates import neutral_value as neutral_value  # reference, direct
 from feinsum.spec import INDEX_REDUCTIONS, BatchedEinsum, Length
 
 #: how many accumulators (vectors) a work-item may keep: beyond that, registers spill

@@ -362,8 +362,8 @@ def evaluate(
         return dict(_block_sparse_module().evaluate_block_sparse(e, arrays))
 
     from feinsum.formulas import feature_indices
-    from feinsum.kernel_templates import neutral_value
     from feinsum.lowering import check_reduction_dtypes, compute_dtype
+    from feinsum.reduction_updates import neutral_value
 
     check_reduction_dtypes(e)
     values, symbols = _bind_arrays(e, arrays)
