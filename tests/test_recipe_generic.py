@@ -43,6 +43,13 @@ def generic_specs() -> list[feinsum.BatchedEinsum]:
     ]
 
 
+def vector_specs() -> list[feinsum.BatchedEinsum]:
+    """The sum einsums of :func:`generic_specs` (vec > 1 applies to them) and an
+    elementwise one."""
+    return [*generic_specs()[:3], generic_specs()[4],
+            feinsum.einsum("ij,j->ij", _a("A", ("N", 19), f64), _a("b", (19,), f64))]
+
+
 def elementwise_specs() -> list[feinsum.BatchedEinsum]:
     return [
         feinsum.einsum("ij,j->ij", _a("A", ("N", "M")), _a("b", ("M",))),
@@ -60,16 +67,38 @@ def test_generic_random_configurations(cl_queue) -> None:  # type: ignore[no-unt
     assert_all_ok(cases)
 
 
+def test_generic_vector_configurations(cl_queue) -> None:  # type: ignore[no-untyped-def]
+    """20 random valid configurations with vec > 1, round-robin over the sum specs."""
+    from feinsum.canonical import canonicalize
+    from feinsum.recipes.recipe import as_device_info
+    from feinsum.recipes.testing import Case, sample_lengths
+
+    r, rng = get_recipe("generic"), np.random.default_rng(7)
+    device = as_device_info(cl_queue.device)
+    cases = []
+    for e in (canonicalize(s) for s in vector_specs()):
+        space = r.space(e, device)
+        picks = [p for p in space.sample(rng, n=60) if p["vec"] > 1][:4]
+        assert len(picks) == 4, e
+        for p in picks:
+            lengths = sample_lengths(e, rng, 2)
+            cases.append(Case(e, p, lengths, check_configuration(r, e, p, lengths, cl_queue)))
+    assert len({c.params["vec"] for c in cases}) >= 3
+    assert_all_ok(cases)
+
+
 def test_generic_staging(cl_queue) -> None:  # type: ignore[no-untyped-def]
     """Random sampling rarely stages; check local and private staging explicitly."""
     from feinsum.canonical import canonicalize
 
     r = get_recipe("generic")
     gemm, dg = (canonicalize(s) for s in generic_specs()[:2])
-    for e, extra in ((gemm, {"lx": 16, "px": 2, "ly": 4, "py": 2, "slabs": False}),
-                     (dg, {"slabs": False})):
+    plain = {"lx": 16, "px": 2, "ly": 4, "py": 2, "slabs": False, "vec": 1}
+    broadcast = next(c for c in range(2) if gemm.out_indices[-1] not in gemm.in_indices[c])
+    for e, extra, cols in ((gemm, plain, (0, 1)), (dg, {"slabs": False, "vec": 1}, (0, 1)),
+                           (gemm, {**plain, "vec": 4}, (broadcast, broadcast))):
         base = {**r.default(e, cl_queue.device), **extra}
-        for c, where in ((0, "local"), (1, "private")):
+        for c, where in zip(cols, ("local", "private"), strict=True):
             params = {**base, f"stage{c}": where}
             assert r.space(e, cl_queue.device).is_valid(params), params
             lengths = [dict(zip(e.length_symbols, n, strict=False)) for n in ((37, 45), (7, 1))]
@@ -138,6 +167,34 @@ def test_constraint_violations_are_named(cl_device) -> None:  # type: ignore[no-
     argmin = canonicalize(generic_specs()[6])
     with pytest.raises(InvalidConfigurationError, match="'rlocal'"):
         r.check({**r.default(argmin, cl_device), "rlocal": 4, "rtile": 1}, argmin, cl_device)
+
+
+def test_vector_constraints_are_named(cl_device) -> None:  # type: ignore[no-untyped-def]
+    from feinsum.canonical import canonicalize
+
+    r = get_recipe("generic")
+    for spec, why in ((generic_specs()[3], "min reductions use scalar helper"),
+                      (generic_specs()[5], "scalar"), (generic_specs()[6], "argmin"),
+                      (generic_specs()[7], "logsumexp")):
+        e = canonicalize(spec)
+        with pytest.raises(InvalidConfigurationError, match=rf"'vec'.*{why}"):
+            r.check({**r.default(e, cl_device), "vec": 4}, e, cl_device)
+    e = canonicalize(feinsum.einsum("ij,jk->ik", _a("A", ("N", 5)), _a("B", (5, 3))))
+    p = {**r.default(e, cl_device), "vec": 8}
+    with pytest.raises(InvalidConfigurationError, match=r"vec_length.*vec <= 4"):
+        r.check(p, e, cl_device)
+    gemm = canonicalize(generic_specs()[0])
+    p = {**r.default(gemm, cl_device), "vec": 4, "slabs": False}
+    r.check(p, gemm, cl_device)
+    with pytest.raises(InvalidConfigurationError, match="vec_shared_reduction"):
+        r.check({**p, "rlocal": 4, "rtile": 1}, gemm, cl_device)
+    with pytest.raises(InvalidConfigurationError, match="vector_code_size"):
+        r.check({**p, "vec": 16, "px": 8, "rtile": 4}, gemm, cl_device)
+    gathered = next(c for c in range(2) if gemm.out_indices[-1] in gemm.in_indices[c])
+    with pytest.raises(InvalidConfigurationError, match="gathers it lane by lane"):
+        r.check({**p, f"stage{gathered}": "private"}, gemm, cl_device)
+    with pytest.raises(InvalidConfigurationError, match=r"'vec': 32 is not in powers of two 1..16"):
+        r.check({**p, "vec": 32}, gemm, cl_device)
 
 
 @pytest.mark.slow

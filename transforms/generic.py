@@ -1,33 +1,26 @@
 """generic: every dense batched einsum and reduction (docs/recipe-library.rst).
 
-Output index ``x`` on work-items ``l.0`` (``lx``) and groups ``g.0``, ``px`` entries per
-work-item (ILP accumulators); ``y`` likewise on ``l.1``;
-one more output index on ``g.2``. The main reduction index is tiled (``rtile``, tile
-unrolled) or shared by ``rlocal`` work-items; short loops unrolled; operand ``c`` staged
-(``stage<c>``) in local memory (a reduction tile at a time) or private memory.
+``vec`` entries of the last output index as vector lanes (toolbox_vec); output index
+``x`` on work-items ``l.0`` (``lx``), groups ``g.0``, ``px`` per work-item (ILP); ``y``
+likewise on ``l.1``; one more on ``g.2``. Main reduction tiled (``rtile``, unrolled) or
+shared by ``rlocal`` work-items; short loops unrolled; operand ``c`` staged (``stage<c>``)
+in local memory (a reduction tile at a time) or private memory.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from feinsum import recipes as rc
 from feinsum import toolbox as tb
-from feinsum.recipes import (
-    Boolean,
-    Choice,
-    Constraint,
-    ParameterSpace,
-    PowersOfTwo,
-    Recipe,
-    at_most,
-)
+from feinsum import toolbox_vec as tv
+from feinsum.recipes import Boolean, Choice, Constraint, ParameterSpace, PowersOfTwo, Recipe
 
 PER_ITEM, TILES = (1, 2, 4, 8), (1, 2, 4, 8, 16)
 
 
 def _layout(e: Any, p: dict[str, Any]) -> tuple[Any, ...]:
-    """tb.stage_plan's view of the loops: what each index becomes, the tile trip counts,
-    the local inames, the loops every fetch sits in."""
+    """stage_plan's view: inames of each index, tile trip counts, local inames, outer loops."""
     x, y, r = p["x"], p["y"], tb.main_reduction(e)
     inames: dict[str, list[str]] = {}
     sizes = {i: e.lengths[i] for i in tb.short_indices(e, e.indices, 64)}
@@ -48,6 +41,8 @@ def _stage_plan(e: Any, p: dict[str, Any], c: int) -> tuple[list[str], list[str]
         return "it holds a formula, or the reduction is an argmin/argmax"
     if p["rlocal"] > 1 and tb.main_reduction(e) in e.in_indices[c]:
         return "work-items share its reduction (non-uniform loops around barriers)"
+    if tv.gathered(e, c, p["vec"]):
+        return "vec > 1 gathers it lane by lane into vector registers instead"
     return tb.stage_plan(e.in_indices[c], *_layout(e, p), p[f"stage{c}"])
 
 
@@ -60,23 +55,25 @@ def _footprint(e: Any, p: dict[str, Any], where: str) -> int:
 def _space(e: Any, device: Any) -> ParameterSpace:
     out, r, n = list(e.out_indices), tb.main_reduction(e), e.noperands
     share = r is not None and e.reduction not in ("argmin", "argmax")  # loopy can't nest those
+    vparams, vcons = tv.vector_parameters(e, device, lambda p: p["px"] * p["py"] * p["rtile"],
+                                          shared="rlocal")
     params = {
         "x": Choice(out or [None]), "y": Choice([*out[:-1], None] if out else [None]),
         "lx": PowersOfTwo(1, 1024), "px": Choice(PER_ITEM),
         "ly": PowersOfTwo(1, 64), "py": Choice(PER_ITEM),
         "rtile": Choice(TILES if r else [1]), "rlocal": PowersOfTwo(1, 256 if share else 1),
         "unroll_short": Boolean(), "slabs": Boolean(), **tb.build_option_parameters(e),
-        **{f"stage{c}": Choice(["none", "local", "private"]) for c in range(n)},
+        **{f"stage{c}": Choice(["none", "local", "private"]) for c in range(n)}, **vparams,
     }
     scratch = 2 * tb.dtype_size(e)
-    cons = [*tb.work_group_constraints(device, "lx", "ly", "rlocal"),
+    cons = [*tb.work_group_constraints(device, "lx", "ly", "rlocal"), *vcons,
         Constraint("shared_reduction_ilp", lambda p: p["rlocal"] == 1 or p["px"] * p["py"] == 1,
                    "px = py = 1 when work-items share the reduction (one local tree each)"),
         Constraint("axes", lambda p: (p["x"] is None or p["x"] != p["y"])
                    and (p["x"] is not None or p["lx"] * p["px"] == 1)
                    and (p["y"] is not None or p["ly"] * p["py"] == 1),
                    "y != x; lx = px = 1 without x, ly = py = 1 without y"),
-        at_most("unrolled", lambda p: p["px"] * p["py"] * p["rtile"], 64,
+        rc.at_most("unrolled", lambda p: p["px"] * p["py"] * p["rtile"], 64,
                 "px*py*rtile <= 64 (code size, registers)"),
         Constraint("tile_or_share", lambda p: p["rtile"] == 1 or p["rlocal"] == 1,
                    "tile the reduction or share it, not both"),
@@ -88,10 +85,10 @@ def _space(e: Any, device: Any) -> ParameterSpace:
         Constraint("slabs", lambda p: not p["slabs"] or (p["lx"] * p["px"] > 1 and all(
                    p[f"stage{c}"] == "none" for c in range(n))),
                    "slabs need a split x and no staging (loopy 2025.2 fetches out of bounds)"),
-        at_most("local_memory", lambda p: _footprint(e, p, "local")
+        rc.at_most("local_memory", lambda p: _footprint(e, p, "local")
                 + p["lx"] * p["ly"] * p["rlocal"] * scratch * (p["rlocal"] > 1),
                 device.local_mem_size, "staged operands + reduction scratch <= local_mem_size"),
-        at_most("private_memory", lambda p: _footprint(e, p, "private"), 1024,
+        rc.at_most("private_memory", lambda p: _footprint(e, p, "private"), 1024,
                 "register tiles <= 1 KiB per work-item"),
         *(Constraint(f"stage{c}", lambda p, c=c: p[f"stage{c}"] == "none"
                      or isinstance(_stage_plan(e, p, c), tuple),
@@ -108,11 +105,12 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     lx = 1 if x is None else tb.pow2_at_least(e.lengths[x], 64) if tb.is_fixed(e, x) else 64
     ly = 1 if y is None or device.is_cpu else 4
     share = r is not None and lx * ly <= 4 and e.reduction not in ("argmin", "argmax")
-    return {"x": x, "y": y, "lx": lx, "px": 1, "ly": ly, "py": 1,
-            "rtile": 4 if r and not share else 1, "rlocal": 64 if share else 1,
+    vec = 1 if share else tv.default_lanes(e, device)  # with 16 x 4 blocks: measured best
+    return {"x": x, "y": y, "lx": 16 if vec > 1 else lx, "px": 4 if vec > 1 else 1, "ly": ly,
+            "py": 1, "rtile": 4 if r and not share else 1, "rlocal": 64 if share else 1,
             "unroll_short": True, "slabs": x is not None and not tb.is_fixed(e, x) and lx > 1,
-            **tb.BUILD_OPTION_DEFAULTS,
-            **{f"stage{c}": "none" for c in range(e.noperands)}}
+            **tb.BUILD_OPTION_DEFAULTS, **{f"stage{c}": "none" for c in range(e.noperands)},
+            "vec": vec}
 
 
 def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
@@ -121,6 +119,7 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     z = [i for i in e.out_indices if i not in (x, y)]
     features = tb.feature_inames(t_unit, e)
     t = tb.silence(tb.assume_nonempty(t_unit, e), "v1_scheduler_fallback", "write_race*")
+    t = tv.vectorize_output(t, e, p["vec"])
     g = l = 0  # next free group / local axis (loopy wants them used from 0 up)
     for i, li, pi in ((x, "lx", "px"), (y, "ly", "py")):
         if i is not None:
@@ -138,13 +137,13 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
         t = tb.prioritize(t, [f"{r}_t", *(i for i in e.reduction_indices if i != r)])
     for c in range(e.noperands):
         if p[f"stage{c}"] != "none":
-            sweep, outer = _stage_plan(e, p, c)
+            sweep, outer = _stage_plan(e, p, c)  # type: ignore[str-unpack]
             t = tb.stage_operand(t, c, sweep, address_space=p[f"stage{c}"], outer_inames=outer)
-    return t
+    return tv.finish_lanes(t)
 
 
 RECIPE = Recipe(
     "generic", applies=tb.dense_only, space=_space, default=_default, apply=_apply,
-    description="Every dense einsum: output loops over work-groups/items, reduction tiled or "
-    "shared, shared operands staged in local/private memory, short loops unrolled.",
+    description="Every dense einsum: output loops over work-groups/items, vector lanes, "
+    "reduction tiled or shared, operands staged in local/private memory, short loops unrolled.",
 )
