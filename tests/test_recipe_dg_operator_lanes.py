@@ -123,3 +123,20 @@ def test_lane_mode_needs_vec_equal_to_the_block(cl_device):  # type: ignore[no-u
     with pytest.raises(InvalidConfigurationError, match=r"lane_vec.*vec = 8"):
         r.check({**r.default(e, cl_device), "vec": 4}, e, cl_device)
     r.check({**r.default(e, cl_device), "vec": 4, "lanes": "elements"}, e, cl_device)
+
+
+def test_work_group_private_memory_is_bounded_on_cpus(cl_device):  # type: ignore[no-untyped-def]
+    """256 work-items of 56 KiB private memory each crashed PoCL: rejected before building."""
+    r = recipe()
+    a = fs.array
+    e = canonicalize(fs.einsum("xrbl,rij,xbjl->bil", a("J", (3, 3, "NB", 8)),
+                               a("D", (3, 35, 35)), a("u", (3, "NB", 35, 8))))
+    cfg = {**r.default(e, cl_device), "lanes": "elements", "last": 2, "vec": 4, "acc1": 16,
+           "acc2": 1, "work_items": 256, "unroll": 16}
+    from feinsum.devices import device_info
+
+    if not device_info(cl_device).is_cpu:
+        pytest.skip("a CPU (PoCL) limit")
+    with pytest.raises(InvalidConfigurationError, match="group_private"):
+        r.check(cfg, e, cl_device)
+    r.check({**cfg, "work_items": 16}, e, cl_device)

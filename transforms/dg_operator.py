@@ -27,6 +27,8 @@ VEC = (1, 2, 4, 8, 16)
 UNROLL = (1, 4, 16, 64)
 #: Private memory per work-item a configuration may use (CPU: L1-resident stack).
 PRIVATE_CPU, PRIVATE_GPU = 64 << 10, 8 << 10
+#: ... and per work-group on CPUs (256 x 56 KiB crashed PoCL 3.1, 128 x 56 KiB ran).
+GROUP_CPU = 4 << 20
 
 
 def _itemsize(e: Any) -> int:
@@ -76,6 +78,9 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
                 "16 native vectors"),
         rc.at_most("private_memory", lambda p: _private_bytes(e, p), private,
                 "private bytes per work-item <= 64 KiB on CPUs, 8 KiB on GPUs"),
+        rc.at_most("group_private", lambda p: _private_bytes(e, p) * p["work_items"],
+                   GROUP_CPU if device.is_cpu else float("inf"), "private bytes x work_items "
+                   "<= 4 MiB on CPUs (PoCL runs a work-group on one thread's stack)"),
         rc.at_most("local_memory", lambda p: _operator_bytes(e) * p["local_operator"],
                 device.local_mem_size, "staged operator <= local_mem_size"),
         rc.Constraint("single_stage_acc", lambda p: len(td.element_stages(e, p["last"])) > 1
