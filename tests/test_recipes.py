@@ -335,3 +335,19 @@ def test_version_covers_the_modules_a_recipe_generates_code_with() -> None:
     assert "feinsum.toolbox" in deps
     assert not any(n.startswith(("feinsum.database", "feinsum.recipes")) for n in deps)
     assert "feinsum.toolbox_dense" in code_dependencies(root / "dg_operator.py")
+
+
+def test_apply_and_default_refuse_an_einsum_the_recipe_does_not_claim() -> None:
+    from feinsum.canonical import canonicalize
+    from feinsum.lowering import generate_loopy
+
+    e = canonicalize(feinsum.einsum("ij,ij->ij", feinsum.array("A", (8, 8)), feinsum.array("B", (8, 8))))
+    recipe = feinsum.get_recipe("contraction")
+    reason = recipe.applies(e)
+    assert reason
+    with pytest.raises(RecipeError, match="'contraction' does not apply.*recipes_for") as info:
+        recipe.apply(generate_loopy(e), {}, e)
+    assert reason in str(info.value)
+    assert not isinstance(info.value, RecipeFailure)
+    with pytest.raises(RecipeError, match="does not apply"):
+        recipe.default(e)

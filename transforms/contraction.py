@@ -110,7 +110,8 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     """Two-level tiling: work-groups x work-items x register tiles, the reduction in
     tiles staged in local memory; or vector register tiles (CPUs)."""
     r = _roles(e)
-    assert isinstance(r, dict)
+    if isinstance(r, str):  # apply() checks applies() first: a bug if reached
+        raise ValueError(r)
     if p["scheme"] == "vector":
         return td.vector_tile_kernel(t_unit, e, x=r["x"], y=r["y"], b=r["b"], vec=p["vec"],
                                      tx=p["tx"], ty=p["ty"], work_items=p["lx"])

@@ -245,6 +245,13 @@ class Recipe:
                                 "not a ParameterSpace")
         return sp
 
+    def _require_applies(self, e: BatchedEinsum, device: Any) -> None:
+        reason = self.applies(e, device)
+        if reason is not None:
+            raise RecipeError(
+                f"recipe {self.name!r} does not apply to this einsum: {reason}; "
+                "feinsum.recipes_for(einsum, device) lists the recipes that do")
+
     def check(self, params: Mapping[str, Any], e: BatchedEinsum, device: Any = None) -> Config:
         """The validated configuration, or :class:`InvalidConfigurationError` naming the
         violated constraint / unknown, missing or out-of-range parameter."""
@@ -253,6 +260,7 @@ class Recipe:
     def default(self, e: BatchedEinsum, device: Any = None) -> Config:
         """The heuristic default configuration (validated)."""
         dev = as_device_info(device)
+        self._require_applies(e, dev)
         try:
             params = self._default(e, dev)
         except Exception as exc:
@@ -265,11 +273,13 @@ class Recipe:
     def apply(self, t_unit: lp.TranslationUnit, params: Mapping[str, Any], e: BatchedEinsum,
               device: Any = None) -> lp.TranslationUnit:
         """Validate *params*, transform *t_unit* (``generate_loopy(e)``) and set the build
-        options. Raises :class:`InvalidConfigurationError` before any code generation, and
+        options. Raises :class:`RecipeError` if the recipe does not apply to *e*,
+        :class:`InvalidConfigurationError` before any code generation, and
         :class:`RecipeFailure` if the recipe raises."""
         import loopy as lp
 
         dev = as_device_info(device)
+        self._require_applies(e, dev)
         config = self.check(params, e, dev)
         try:
             result = self._apply(t_unit, dict(config), e, dev)
