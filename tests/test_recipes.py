@@ -341,11 +341,12 @@ def test_apply_and_default_refuse_an_einsum_the_recipe_does_not_claim() -> None:
     from feinsum.canonical import canonicalize
     from feinsum.lowering import generate_loopy
 
-    e = canonicalize(feinsum.einsum("ij,ij->ij", feinsum.array("A", (8, 8)), feinsum.array("B", (8, 8))))
+    e = canonicalize(feinsum.einsum("ij,ij->ij", feinsum.array("A", (8, 8)),
+                                    feinsum.array("B", (8, 8))))
     recipe = feinsum.get_recipe("contraction")
     reason = recipe.applies(e)
     assert reason
-    with pytest.raises(RecipeError, match="'contraction' does not apply.*recipes_for") as info:
+    with pytest.raises(RecipeError, match=r"'contraction' does not apply.*recipes_for") as info:
         recipe.apply(generate_loopy(e), {}, e)
     assert reason in str(info.value)
     assert not isinstance(info.value, RecipeFailure)

@@ -13,9 +13,6 @@ from feinsum.errors import DeviceError
 if TYPE_CHECKING:
     import pyopencl as cl
 
-_PROBE_SOURCE = "__kernel void feinsum_probe(__global float *a) { a[0] = exp(a[0]); }"
-
-
 @dataclass(frozen=True)
 class DeviceInfo:
     """Everything that identifies an OpenCL device and bounds what a recipe may ask of it."""
@@ -105,25 +102,6 @@ def device_info(device: cl.Device) -> DeviceInfo:
     )
 
 
-def _probe(device: cl.Device) -> str | None:
-    """Build and run a tiny kernel; return why the device is unusable, or None."""
-    import numpy as np
-    import pyopencl as cl
-
-    try:
-        ctx = cl.Context([device])
-        prg = cl.Program(ctx, _PROBE_SOURCE).build()
-        queue = cl.CommandQueue(ctx)
-        buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
-                        hostbuf=np.zeros(1, np.float32))
-        prg.feinsum_probe(queue, (1,), None, buf)
-        queue.finish()
-    except Exception as exc:  # any driver failure makes the device unusable
-        lines = [ln for ln in str(exc).splitlines() if ln.strip()]
-        return next((ln for ln in lines if "error" in ln.lower()), lines[0] if lines else repr(exc))
-    return None
-
-
 @functools.cache
 def _all_devices() -> tuple[tuple[cl.Device, str | None], ...]:
     import pyopencl as cl
@@ -134,17 +112,22 @@ def _all_devices() -> tuple[tuple[cl.Device, str | None], ...]:
         raise DeviceError(
             f"no OpenCL platform found ({exc}); install one, e.g. `pip install 'pyopencl[pocl]'`"
         ) from exc
-    return tuple((d, _probe(d)) for p in platforms for d in p.get_devices())
+    from feinsum.device_probe import probe
+
+    return tuple((d, probe(d, pi, di)) for pi, p in enumerate(platforms)
+                 for di, d in enumerate(p.get_devices()))
 
 
 def all_devices() -> list[tuple[cl.Device, str | None]]:
-    """Every OpenCL device with ``None`` if it builds kernels, else the reason it cannot."""
+    """Every OpenCL device with ``None`` if it builds and runs scalar and vector kernels,
+    else the reason it cannot (:mod:`feinsum.device_probe`: checked in a child process,
+    since some drivers abort the process that builds the kernel)."""
     return list(_all_devices())
 
 
 def usable_devices() -> list[cl.Device]:
-    """Devices that build and run a kernel here (PoCL 3.0 from PyPI cannot on CPUs its LLVM
-    does not know, for example)."""
+    """Devices that build and run kernels here (PoCL 3.0 from PyPI cannot on CPUs its LLVM
+    does not know: "unknown target CPU", or an abort on vector code)."""
     return [d for d, why in _all_devices() if why is None]
 
 
