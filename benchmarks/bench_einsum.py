@@ -1,13 +1,17 @@
 """Einsum benchmarks: the DG operator family and the tensor contractions of
 ``shared/workloads.md``, one process, one run, same data.
 
-    python benchmarks/bench_einsum.py [--quick] [--only div grad ...] [--configs 12]
-                                      [--no-untransformed] [--seed 0] [--block 8]
+    python benchmarks/bench_einsum.py [--quick] [--only div grad ...] [--tune 24]
+                                      [--db PATH] [--configs 12] [--no-untransformed]
+                                      [--seed 0] [--block 8]
 
-For each workload: feinsum (the best of a plain sweep of its recipe's parameter space:
-the heuristic default, a few hand-picked CPU configurations and ``--configs`` random
-valid ones, each built once and timed), the untransformed reference kernel (one call:
-it runs on one work-item), ``numpy.einsum(optimize=True)``, ``opt_einsum`` and
+For each workload: feinsum's tuned recipe (``--tune N``, the default with N = 24:
+:func:`feinsum.autotune` searches the recipe's space with N evaluations, recorded in the
+timing database ``--db``, default the user's; a re-run resumes and measures nothing twice),
+then the tuner's best and the heuristic default are timed here beside the peers; with
+``--tune 0`` a plain sweep instead: the default, a few hand-picked CPU configurations and
+``--configs`` random valid ones, each built once and timed), the untransformed reference
+kernel (one call: it runs on one work-item), ``numpy.einsum(optimize=True)``, ``opt_einsum`` and
 ``torch.einsum`` (CPU, 2 threads) when installed. Prints seconds, GFLOP/s (the flops of
 the cheapest pairwise contraction order, :func:`feinsum.contraction_flops`: for the DG
 operators a quarter to two thirds of the spec's naive count), the fraction of the roofline
@@ -63,8 +67,12 @@ BLOCKED = {"local_blocked": "local", "divergence_blocked": "divergence",
            "gradient_blocked": "gradient", "face_mass_blocked": "face_mass"}
 
 
-def workloads(quick: bool, block: int = 8) -> dict[str, tuple[str, Any]]:
-    """name -> (recipe name, spec) for every reference workload (and the blocked DG ones)."""
+#: The recipes feinsum tunes for each family (those that apply to a workload compete).
+DG, CONTRACTION = ("dg_operator", "dg_transposed"), ("contraction",)
+
+
+def workloads(quick: bool, block: int = 8) -> dict[str, tuple[tuple[str, ...], Any]]:
+    """name -> (recipe names, spec) for every reference workload (and the blocked DG ones)."""
     E = 2400 if quick else 50_000
     if E % block:
         raise SystemExit(f"--block {block} must divide the element count {E}")
@@ -75,33 +83,33 @@ def workloads(quick: bool, block: int = 8) -> dict[str, tuple[str, Any]]:
     u3 = [a(f"u{k}", (3, E, 35), F64) for k in range(4)]
     v = [a(f"v{k}", (4, E, 15), F64) for k in range(4)]
     n, t, (il, jk) = (128, 16, (64, 16)) if quick else (1024, 64, (512, 64))
-    out: dict[str, tuple[str, Any]] = {
-        "local": ("dg_operator", fs.einsum("ij,ej->ei", D, u[0])),
-        "divergence": ("dg_operator", fs.einsum("xre,rij,xej->ei", J3, D3, u3[0])),
-        "gradient": ("dg_operator", fs.einsum("xre,rij,ej->xei", J3, D3, u[0])),
-        "face_mass": ("dg_operator", fs.einsum("ifj,fe,fej->ei", L, Jf, v[0])),
-        "local_x4": ("dg_operator", fs.batched_einsum("ij,ej->ei", [[D, w] for w in u])),
-        "divergence_x4": ("dg_operator", fs.batched_einsum(
+    out: dict[str, tuple[tuple[str, ...], Any]] = {
+        "local": (DG, fs.einsum("ij,ej->ei", D, u[0])),
+        "divergence": (DG, fs.einsum("xre,rij,xej->ei", J3, D3, u3[0])),
+        "gradient": (DG, fs.einsum("xre,rij,ej->xei", J3, D3, u[0])),
+        "face_mass": (DG, fs.einsum("ifj,fe,fej->ei", L, Jf, v[0])),
+        "local_x4": (DG, fs.batched_einsum("ij,ej->ei", [[D, w] for w in u])),
+        "divergence_x4": (DG, fs.batched_einsum(
             "xre,rij,xej->ei", [[J3, D3, w] for w in u3])),
-        "gradient_x4": ("dg_operator", fs.batched_einsum(
+        "gradient_x4": (DG, fs.batched_einsum(
             "xre,rij,ej->xei", [[J3, D3, w] for w in u])),
-        "face_mass_x4": ("dg_operator", fs.batched_einsum(
+        "face_mass_x4": (DG, fs.batched_einsum(
             "ifj,fe,fej->ei", [[L, Jf, w] for w in v])),
-        "gemm": ("contraction", fs.einsum("ik,kj->ij", a("A", (n, n), F32),
+        "gemm": (CONTRACTION, fs.einsum("ik,kj->ij", a("A", (n, n), F32),
                                           a("B", (n, n), F32))),
-        "ttm": ("contraction", fs.einsum("ijkl,mi->mjkl", a("T", (t,) * 4, F32),
+        "ttm": (CONTRACTION, fs.einsum("ijkl,mi->mjkl", a("T", (t,) * 4, F32),
                                          a("W", (t, t), F32))),
-        "two_index": ("contraction", fs.einsum("ijk,jkl->il", a("A", (il, jk, jk), F32),
+        "two_index": (CONTRACTION, fs.einsum("ijk,jkl->il", a("A", (il, jk, jk), F32),
                                                a("B", (jk, jk, il), F32))),
     }
     NB, B = E // block, block
     Jb, ub = a("J", (3, 3, NB, B), F64), a("u0", (NB, 35, B), F64)
     out |= {
-        "local_blocked": ("dg_operator", fs.einsum("ij,bjl->bil", D, ub)),
-        "divergence_blocked": ("dg_operator", fs.einsum(
+        "local_blocked": (DG, fs.einsum("ij,bjl->bil", D, ub)),
+        "divergence_blocked": (DG, fs.einsum(
             "xrbl,rij,xbjl->bil", Jb, D3, a("u0", (3, NB, 35, B), F64))),
-        "gradient_blocked": ("dg_operator", fs.einsum("xrbl,rij,bjl->xbil", Jb, D3, ub)),
-        "face_mass_blocked": ("dg_operator", fs.einsum(
+        "gradient_blocked": (DG, fs.einsum("xrbl,rij,bjl->xbil", Jb, D3, ub)),
+        "face_mass_blocked": (DG, fs.einsum(
             "ifj,fbl,fbjl->bil", L, a("J", (4, NB, B), F64), a("v0", (4, NB, 15, B), F64))),
     }
     return out
@@ -179,19 +187,38 @@ class Runner:
         return compare(got, self.reference, rtol)[1]
 
 
-def sweep(recipe: Any, e: Any, run: Runner, device: Any, n: int, seed: int
-          ) -> tuple[float, dict[str, Any] | None, int]:
-    """Best time and configuration of *recipe* over default + picks + *n* random configs."""
-    from feinsum.lowering import generate_loopy
-
+def sweep_configs(recipe: Any, e: Any, device: Any, n: int, seed: int
+                  ) -> list[dict[str, Any]]:
+    """The plain sweep: default + hand-picked CPU configurations + *n* random valid ones."""
     space, base = recipe.space(e, device), recipe.default(e, device)
     configs = [base] + [{**base, **pick} for pick in CPU_PICKS.get(recipe.name, [])
                         if device.is_cpu]
-    rng = np.random.default_rng(seed)
-    configs += space.sample(rng, n=n) if n else []
-    best, best_cfg, tried, seen = np.inf, None, 0, set()
-    for cfg in configs:
-        key = space.canonical(cfg) if space.is_valid(cfg) else None
+    return configs + (space.sample(np.random.default_rng(seed), n=n) if n else [])
+
+
+def tuned_configs(recipes: list[Any], spec: Any, e: Any, device: Any, budget: int, db: Any,
+                  seed: int) -> list[tuple[Any, dict[str, Any]]]:
+    """The autotuner's best configuration of each of *recipes* for *spec* (*budget*
+    evaluations shared by them, recorded in *db*), then each recipe's default."""
+    result = fs.autotune(spec, db=db, recipes=recipes, budget=budget, seed=seed,
+                         peers=False, baseline=False, progress=False)
+    print(f"{'':14} tuned: {len(result.measurements)} new evaluations "
+          f"({result.previous} recorded earlier), {result.elapsed:.0f} s")
+    best = [(r, result.best_per_recipe[r.name].params) for r in recipes
+            if r.name in result.best_per_recipe]
+    return best + [(r, r.default(e, device)) for r in recipes]
+
+
+def sweep(e: Any, run: Runner, device: Any, configs: list[tuple[Any, dict[str, Any]]]
+          ) -> tuple[float, tuple[Any, dict[str, Any]] | None, int]:
+    """Best time and (recipe, configuration) over *configs* (invalid ones skipped)."""
+    from feinsum.lowering import generate_loopy
+
+    best: tuple[float, tuple[Any, dict[str, Any]] | None] = (np.inf, None)
+    tried, seen = 0, set()
+    for recipe, cfg in configs:
+        space = recipe.space(e, device)
+        key = (recipe.name, space.canonical(cfg)) if space.is_valid(cfg) else None
         if key is None or key in seen:
             continue
         seen.add(key)
@@ -200,16 +227,16 @@ def sweep(recipe: Any, e: Any, run: Runner, device: Any, n: int, seed: int
             fn()
             problem = run.check()
             if problem:
-                print(f"    ! wrong result {cfg}: {problem}")
+                print(f"    ! wrong result {recipe.name} {cfg}: {problem}")
                 continue
             t = median_time(fn, 5, 0.2)
         except Exception as exc:  # a failing configuration is skipped, not fatal
             print(f"    ! {type(exc).__name__}: {str(exc)[:200]}")
             continue
         tried += 1
-        if t < best:
-            best, best_cfg = t, cfg
-    return best, best_cfg, tried
+        if t < best[0]:
+            best = (t, (recipe, cfg))
+    return best[0], best[1], tried
 
 
 def untransformed(e: Any, lengths: dict[str, int], flops: float, queue: Any, seed: int
@@ -237,14 +264,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     ap.add_argument("--only", nargs="*", help="workload names")
+    ap.add_argument("--tune", type=int, default=None, metavar="N",
+                    help="autotuner evaluations per workload (default 24; quick 0); "
+                    "0: a plain sweep (--configs)")
+    ap.add_argument("--db", default=None,
+                    help="timing database the tuner records in (default: $FEINSUM_DB or "
+                    "the user's default database)")
     ap.add_argument("--configs", type=int, default=None,
-                    help="random configurations per workload (default 12; quick 2)")
+                    help="random configurations per workload of the plain sweep "
+                    "(default 12; quick 2)")
     ap.add_argument("--no-untransformed", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--block", type=int, default=8, help="B of the *_blocked workloads")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")  # loopy's parameter-finder notes on every call
     nconf = args.configs if args.configs is not None else (2 if args.quick else 12)
+    budget = args.tune if args.tune is not None else (0 if args.quick else 24)
 
     import pyopencl as cl
 
@@ -264,11 +299,14 @@ def main() -> None:
     info = device_info(dev)
     queue = cl.CommandQueue(get_context(dev))
     roof = measure_roofline(dev, quick=args.quick)
+    db = fs.open_database(args.db, include_shipped=False) if budget else None
     print(f"device: {info.name}; roofline this run: {roof}")
+    print("feinsum: " + (f"tuned, {budget} evaluations a workload, records in {db.where}"
+                         if db is not None else f"best of a plain sweep ({nconf} random)"))
     print(f"{'workload':14} {'who':22} {'seconds':>10} {'GFLOP/s':>8} {'roof':>6} "
           f"{'BW':>6} {'vs peer':>8}")
     specs = workloads(args.quick, args.block)
-    for name, (rname, spec) in specs.items():
+    for name, (rnames, spec) in specs.items():
         if args.only and name not in args.only:
             continue
         e, lengths = canonicalize(spec), canonical_lengths(spec)
@@ -285,8 +323,12 @@ def main() -> None:
             plain_peers = time_peers(canonicalize(plain), plain_inputs, min_samples=5,
                                      min_time=0.2)
         run = Runner(e, lengths, inputs, queue)
-        recipe = get_recipe(rname)
-        t_best, cfg, tried = sweep(recipe, e, run, info, nconf, args.seed)
+        recipes = [r for r in map(get_recipe, rnames) if r.applies(e, info) is None]
+        configs = (tuned_configs(recipes, spec, e, info, budget, db, args.seed) if db
+                   is not None else [(r, c) for r in recipes
+                                     for c in sweep_configs(r, e, info, nconf, args.seed)])
+        t_best, chosen, tried = sweep(e, run, info, configs)
+        rname, cfg = (chosen[0].name, chosen[1]) if chosen else ("/".join(rnames), None)
         peers = time_peers(e, inputs, min_samples=5, min_time=0.2)
         rows: list[tuple[str, float]] = [(f"feinsum {rname}", t_best)]
         if not args.no_untransformed:

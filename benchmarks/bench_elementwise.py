@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_einsum import Runner, sweep
+from bench_einsum import Runner, sweep, sweep_configs
 
 import feinsum as fs
 from feinsum.costs import cost
@@ -112,7 +112,9 @@ def main() -> None:
         fn()
         problem = run.check()
         t_default = min_time(fn) if problem is None else float("inf")
-        _, cfg, tried = sweep(recipe, e, run, info, nconf, args.seed)
+        _, chosen, tried = sweep(e, run, info, [
+            (recipe, c) for c in sweep_configs(recipe, e, info, nconf, args.seed)])
+        cfg = chosen[1] if chosen else None
         t_best = min(t_default, min_time(run.executor(
             recipe.apply(generate_loopy(e), cfg, e, info)))) if cfg else t_default
         peers = time_peers(e, inputs, min_samples=5, min_time=0.2)

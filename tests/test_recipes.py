@@ -335,6 +335,8 @@ def test_version_covers_the_modules_a_recipe_generates_code_with() -> None:
     assert "feinsum.toolbox" in deps
     assert not any(n.startswith(("feinsum.database", "feinsum.recipes")) for n in deps)
     assert "feinsum.toolbox_dense" in code_dependencies(root / "dg_operator.py")
+    assert {"feinsum.toolbox_transposed", "feinsum.toolbox_dense"} <= set(
+        code_dependencies(root / "dg_transposed.py"))
 
 
 def test_apply_and_default_refuse_an_einsum_the_recipe_does_not_claim() -> None:

@@ -1,0 +1,94 @@
+"""dg_transposed: element-batched small operators with the output rows as vector lanes.
+
+For the einsums of ``dg_operator`` (one long element index ``e`` in the output, short
+fixed lengths otherwise: ``ij,ej->ei``, ``xre,rij,xej->ei``, ``xre,rij,ej->xei``,
+``ifj,fe,fej->ei`` and their batched forms) stored in the plain ``(E, ndof)`` layouts:
+the output's last, contiguous index is the vector lane (padded to whole vectors), the
+operator is staged transposed in local memory once per work-group, the element operands
+are broadcast scalars, each work-item computes ``elements`` elements at once, ``blocks``
+times, and writes whole output rows with ``vstoreN``. ``last`` picks the contraction
+plan (the operand contracted last). See :mod:`feinsum.toolbox_transposed`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from feinsum import recipes as rc
+from feinsum import toolbox_dense as td
+from feinsum import toolbox_transposed as tt
+
+VEC = (1, 2, 4, 8, 16)
+#: Vector accumulators a work-item may keep live (CPU: of 32 AVX-512 registers).
+ACC_CPU, ACC_GPU = 24, 128
+
+
+def _itemsize(e: Any) -> int:
+    return max(e.value_dtype(r).itemsize for r in range(e.nrows))
+
+
+def _lasts(e: Any) -> list[int | None]:
+    return [c for c in [None, *range(e.noperands)] if (c is None or e.noperands >= 3)
+            and tt.transposed_reason(e, td.element_stages(e, c)) is None]
+
+
+def _applies(e: Any, device: Any) -> str | None:
+    why = tt.transposed_reason(e)
+    if why is not None:
+        return why
+    if not _lasts(e):
+        return tt.transposed_reason(e, td.element_stages(e, None))
+    staged = tt.staged_entries(e, 1) * _itemsize(e)
+    if staged > device.local_mem_size:
+        return (f"the operator takes {staged >> 10} KiB of local memory, the device has "
+                f"{device.local_mem_size >> 10} KiB")
+    return None
+
+
+def _space(e: Any, device: Any) -> rc.ParameterSpace:
+    maxwg = min(device.max_work_group_size, device.max_work_item_sizes[0])
+    native = device.native_vector_width_double if _itemsize(e) == 8 else (
+        device.native_vector_width_float)
+    lanes = max(2 * int(native or 1), 1)
+    accs = ACC_CPU if device.is_cpu else ACC_GPU
+    return rc.ParameterSpace(
+        {"last": rc.Choice(_lasts(e)), "vec": rc.Choice([v for v in VEC if v <= lanes]),
+         "work_items": rc.PowersOfTwo(1, min(256, maxwg)), "elements": rc.IntRange(1, 4),
+         "blocks": rc.PowersOfTwo(1, 512), "unroll": rc.Choice([1, 4, 16, 64]),
+         "fast_math": rc.Boolean()},
+        [rc.at_most("work_group_size", lambda p: p["work_items"], maxwg,
+                    "work_items <= max_work_group_size"),
+         rc.at_most("registers", lambda p: tt.accumulator_vectors(e, p["vec"], p["elements"])
+                    * max(1, p["vec"] // max(1, native)), accs,
+                    f"vector accumulators (elements x vectors per row) <= {accs}"),
+         rc.at_most("local_memory", lambda p: tt.staged_entries(e, p["vec"]) * _itemsize(e),
+                    device.local_mem_size, "staged operator <= local_mem_size")])
+
+
+def _default(e: Any, device: Any) -> dict[str, Any]:
+    lasts = _lasts(e)
+    last = min(lasts, key=lambda c: td.stage_flops(e, td.element_stages(e, c)))
+    native = device.native_vector_width_double if _itemsize(e) == 8 else (
+        device.native_vector_width_float)
+    vec = max(1, min(16, int(native or 1))) if device.is_cpu else 1
+    cfg = {"last": last, "vec": vec, "work_items": 1 if device.is_cpu else 64,
+           "elements": 2, "blocks": 16 if device.is_cpu else 1, "unroll": 4,
+           "fast_math": False}
+    while not _space(e, device).is_valid(cfg) and cfg["elements"] > 1:
+        cfg["elements"] -= 1
+    return cfg
+
+
+def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
+    """The output's last index as vector lanes, the operator staged transposed."""
+    return tt.transposed_kernel(
+        t_unit, e, td.element_stages(e, p["last"]), vec=p["vec"],
+        work_items=p["work_items"], elements=p["elements"], blocks=p["blocks"],
+        unroll=p["unroll"])
+
+
+RECIPE = rc.Recipe(
+    "dg_transposed", applies=_applies, space=_space, default=_default, apply=_apply,
+    description="Element-batched small operators (DG) in plain layouts: output rows as "
+    "vector lanes, operator staged transposed in local memory, whole-row vector stores.",
+)
