@@ -17,8 +17,8 @@ the cheapest pairwise contraction order, :func:`feinsum.contraction_flops`: for 
 operators a quarter to two thirds of the spec's naive count), the fraction of the roofline
 (at that flop count) measured in this run
 (:func:`feinsum.measure_roofline`) and the ratio to the fastest peer. Kernel times are
-host wall-clock for one enqueue + finish with preallocated outputs (median of repeats);
-peers allocate their outputs, as a user's call does. ``--quick``: small sizes, a smoke
+host wall-clock for one enqueue + finish with preallocated outputs, the fastest of the
+repeats, like the peers' (which allocate their outputs, as a user's call does). ``--quick``: small sizes, a smoke
 test. Timings on a shared machine are noisy: compare only ratios from one run.
 
 The ``*_blocked`` workloads hold the same values as the plain DG ones stored
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 import warnings
@@ -142,17 +141,20 @@ def blocked_inputs(plain: Any, blocked: Any, seed: int) -> tuple[dict[str, Any],
     return canonical_inputs(plain, named), canonical_inputs(blocked, out)
 
 
-def median_time(fn: Any, repeat: int, min_time: float = 0.3) -> float:
+def fastest_time(fn: Any, repeat: int = 5, budget: float = 0.2) -> float:
+    """Fastest of at least *repeat* calls and *budget* seconds (at most 5 s) after a
+    warm-up: the statistic of the peers (:func:`feinsum.tuning.peers.time_peers`) and of the
+    autotuner, the least sensitive to other work on a shared machine."""
     fn()
     samples: list[float] = []
     t_start = time.perf_counter()
-    while len(samples) < repeat or time.perf_counter() - t_start < min_time:
+    while len(samples) < repeat or sum(samples) < budget:
         t0 = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t0)
-        if time.perf_counter() - t_start > 5 * max(min_time, 1):
+        if time.perf_counter() - t_start > 5 * max(budget, 1):
             break
-    return statistics.median(samples)
+    return min(samples)
 
 
 class Runner:
@@ -229,7 +231,7 @@ def sweep(e: Any, run: Runner, device: Any, configs: list[tuple[Any, dict[str, A
             if problem:
                 print(f"    ! wrong result {recipe.name} {cfg}: {problem}")
                 continue
-            t = median_time(fn, 5, 0.2)
+            t = fastest_time(fn)
         except Exception as exc:  # a failing configuration is skipped, not fatal
             print(f"    ! {type(exc).__name__}: {str(exc)[:200]}")
             continue

@@ -21,6 +21,9 @@ from feinsum import toolbox_transposed as tt
 VEC = (1, 2, 4, 8, 16)
 #: Vector accumulators a work-item may keep live (CPU: of 32 AVX-512 registers).
 ACC_CPU, ACC_GPU = 24, 128
+#: Private memory per work-item (CPU: L1-resident stack), and per work-group on CPUs (PoCL
+#: runs a work-group on one thread's stack: 256 work-items of 100 KiB crashed it).
+PRIVATE_CPU, PRIVATE_GPU, GROUP_CPU = 64 << 10, 8 << 10, 4 << 20
 
 
 def _itemsize(e: Any) -> int:
@@ -51,6 +54,7 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
         device.native_vector_width_float)
     lanes = max(2 * int(native or 1), 1)
     accs = ACC_CPU if device.is_cpu else ACC_GPU
+    private = PRIVATE_CPU if device.is_cpu else PRIVATE_GPU
     return rc.ParameterSpace(
         {"last": rc.Choice(_lasts(e)), "vec": rc.Choice([v for v in VEC if v <= lanes]),
          "work_items": rc.PowersOfTwo(1, min(256, maxwg)), "elements": rc.IntRange(1, 4),
@@ -62,7 +66,17 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
                     * max(1, p["vec"] // max(1, native)), accs,
                     f"vector accumulators (elements x vectors per row) <= {accs}"),
          rc.at_most("local_memory", lambda p: tt.staged_entries(e, p["vec"]) * _itemsize(e),
-                    device.local_mem_size, "staged operator <= local_mem_size")])
+                    device.local_mem_size, "staged operator <= local_mem_size"),
+         rc.at_most("private_memory", lambda p: _private(e, p), private,
+                    "private bytes per work-item <= 64 KiB on CPUs, 8 KiB on GPUs"),
+         rc.at_most("group_private", lambda p: _private(e, p) * p["work_items"],
+                    GROUP_CPU if device.is_cpu else float("inf"),
+                    "private bytes x work_items <= 4 MiB on CPUs")])
+
+
+def _private(e: Any, p: dict[str, Any]) -> int:
+    stages = td.element_stages(e, p["last"])
+    return tt.private_entries(e, stages, p["vec"], p["elements"]) * _itemsize(e)
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
@@ -72,7 +86,7 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
         device.native_vector_width_float)
     vec = max(1, min(16, int(native or 1))) if device.is_cpu else 1
     cfg = {"last": last, "vec": vec, "work_items": 1 if device.is_cpu else 64,
-           "elements": 2, "blocks": 16 if device.is_cpu else 1, "unroll": 4,
+           "elements": 2, "blocks": 128 if device.is_cpu else 1, "unroll": 4,
            "fast_math": False}
     while not _space(e, device).is_valid(cfg) and cfg["elements"] > 1:
         cfg["elements"] -= 1

@@ -84,6 +84,20 @@ def staged_entries(e: BatchedEinsum, vec: int) -> int:
                for c, _ in keys)
 
 
+def private_entries(e: BatchedEinsum, stages: Sequence[Stage], vec: int, elements: int
+                    ) -> int:
+    """Private entries per work-item of :func:`transposed_kernel` (times the item size:
+    bytes): every row's accumulators and kept stage results."""
+    a = e.out_indices[-1]
+    padded = -(-int(e.lengths[a]) // vec) * vec
+    n = 0
+    for s, st in enumerate(stages):
+        width = padded if a in st.out else 1
+        others = math.prod(int(e.lengths[i]) for i in st.out if i != a)
+        n += width + (others * width if s < len(stages) - 1 else 0)
+    return n * elements * e.nrows
+
+
 def accumulator_vectors(e: BatchedEinsum, vec: int, elements: int) -> int:
     """Vector accumulators a work-item keeps live in a vector stage."""
     return elements * -(-int(e.lengths[e.out_indices[-1]]) // vec)

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 PREFERENCE: tuple[str, ...] = (
     "kernel_vec_cpu",  # kernel reductions on CPUs
     "tiled_1d",        # kernel reductions on GPUs
-    "dg_operator",     # element-batched small operators
+    "dg_transposed",   # element-batched small operators, plain layouts
+    "dg_operator",     # element-batched small operators, element-blocked layouts
     "elementwise",     # no reduction
     "generic",         # every dense einsum
 )
