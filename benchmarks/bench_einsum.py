@@ -18,8 +18,9 @@ operators a quarter to two thirds of the spec's naive count), the fraction of th
 (at that flop count) measured in this run
 (:func:`feinsum.measure_roofline`) and the ratio to the fastest peer. Kernel times are
 host wall-clock for one enqueue + finish with preallocated outputs, the fastest of the
-repeats, like the peers' (which allocate their outputs, as a user's call does). ``--quick``: small sizes, a smoke
-test. Timings on a shared machine are noisy: compare only ratios from one run.
+repeats, like the peers' (which allocate their outputs, as a user's call does).
+``--quick``: small sizes, a smoke test. Timings on a shared machine are noisy: compare
+only ratios from one run.
 
 The ``*_blocked`` workloads hold the same values as the plain DG ones stored
 element-blocked: ``u_b[b, j, l] = u[b*B + l, j]`` (``--block`` B, default 8: eight float64
