@@ -78,3 +78,26 @@ def test_constraint_violations_are_rejected(cl_device):  # type: ignore[no-untyp
         r.check({**base, "kt": 3}, e, cl_device)
     with pytest.raises(InvalidConfigurationError, match="missing parameter"):
         r.check({k: v for k, v in base.items() if k != "lx"}, e, cl_device)
+    if cl_device.type & 2:  # a CPU: PoCL's partial work-groups with barriers
+        tiled = {**base, "scheme": "tiled", "kt": 8, "stage_b": True, "slabs": False}
+        with pytest.raises(InvalidConfigurationError, match="staging_on_cpus"):
+            r.check(tiled, e, cl_device)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_vector_scheme_loads_whole_vectors_where_contiguous(order, cl_queue):  # type: ignore[no-untyped-def]
+    import loopy as lp
+
+    from feinsum.lowering import generate_loopy
+    from feinsum.recipes.recipe import as_device_info
+    from feinsum.recipes.testing import check_configuration
+
+    a = fs.array
+    e = canonicalize(fs.einsum("ik,kj->ij", a("A", ("M", "K"), "float32"),
+                               a("B", ("K", "N"), "float32", order=order)))
+    r, dev = recipe(), as_device_info(cl_queue.device)
+    cfg = {**r.default(e, dev), "scheme": "vector", "vec": 8, "tx": 2, "ty": 3}
+    code = lp.generate_code_v2(r.apply(generate_loopy(e), cfg, e, dev)).device_code()
+    assert ("vload8(" in code) == (order == "C")  # a column of F-order B is not contiguous
+    lengths = [{"n0": 37, "n1": 45, "n2": 21}, {"n0": 7, "n1": 3, "n2": 17}]
+    assert check_configuration(r, e, cfg, lengths, cl_queue) is None

@@ -45,6 +45,7 @@ import loopy as lp
 import numpy as np
 import pymbolic.primitives as prim
 
+from feinsum import toolbox_cvec as cvec
 from feinsum.spec import Array, BatchedEinsum
 from feinsum.toolbox import kernel_of
 
@@ -449,6 +450,25 @@ def _stage_row(e: BatchedEinsum, stages: Sequence[Stage], s: int, r: int, k: int
 # {{{ vector register tiles for two-operand contractions
 
 
+def _whole_vectors(knl: lp.LoopKernel, rule: Any, idx: Sequence[str], x: str, vec: int,
+                   dtype: np.dtype[Any]) -> lp.ArrayArg | None:
+    """The array operand *rule* reads, if vectors along *x* can be loaded whole from it:
+    the rule is ``A[idx...]`` of a global array of *dtype* (the accumulators') whose *x*
+    axis is contiguous, and *vec* is a ``vloadN`` width."""
+    expr = rule.expression
+    if vec not in cvec.WIDTHS or not (isinstance(expr, prim.Subscript)
+                                      and isinstance(expr.aggregate, prim.Variable)):
+        return None
+    args = tuple(rule.arguments)
+    if tuple(str(i) for i in expr.index_tuple) != args or args != tuple(idx) or x not in idx:
+        return None
+    arg = knl.arg_dict.get(expr.aggregate.name)
+    if not isinstance(arg, lp.ArrayArg) or arg.dtype is None or (
+            arg.dtype.numpy_dtype != dtype):
+        return None
+    return arg if cvec.contiguous_axis(arg, list(idx).index(x)) else None
+
+
 def vector_tile_kernel(
     t_unit: lp.TranslationUnit, e: BatchedEinsum, *, x: str, y: str, b: int, vec: int,
     tx: int, ty: int, work_items: int,
@@ -457,7 +477,9 @@ def vector_tile_kernel(
     *y* times ``tx`` OpenCL vectors of ``vec`` consecutive entries of the contiguous
     output index *x* (read from operand column *b*). For every point of the reduction
     loops it gathers its ``tx`` vectors of operand *b* lane by lane (indices past the end
-    clamped), broadcasts ``ty`` entries of the other operand and updates ``tx x ty``
+    clamped; one ``vloadN`` per vector when *x* is that operand's contiguous axis and the
+    operand a plain array of the value type), broadcasts ``ty`` entries of the other
+    operand and updates ``tx x ty``
     vector accumulators, written as separate statements in one loop nest. Other output
     indices: ``g.2`` (the first) and loops. Lanes outside the output are not stored."""
     knl = kernel_of(t_unit)
@@ -485,10 +507,19 @@ def vector_tile_kernel(
                   lp.TemporaryVariable(acc, e.value_dtype(r), shape=(ty, tx, V),
                                        dim_tags=cast(Any, vdims))]
         loads = []
+        whole = _whole_vectors(knl, rules[f"op{b}_r{r}"], e.in_indices[b], x, V,
+                               e.value_dtype(r))
         for c in range(tx):
+            loads.append(f"ld{r}_{c}")
+            if whole is not None:  # one vloadN per vector inside the range
+                x0 = xb * (tx * V) + c * V
+                insns.append(cvec.vload_clamped(
+                    whole, [x0 if i == x else loop[i] for i in e.in_indices[b]], x0,
+                    length[x], bt, c, V, "double" if e.value_dtype(r).itemsize == 8
+                    else "float", id=loads[-1], within=frozenset({*core, *red})))
+                continue
             xi = clamp(xb * (tx * V) + c * V + lane, length[x])
             args = [xi if i == x else loop[i] for i in e.in_indices[b]]
-            loads.append(f"ld{r}_{c}")
             insns.append(lp.Assignment(
                 _sub(bt, c, 0, lane), prim.Variable(f"op{b}_r{r}")(*args), id=loads[-1],
                 within_inames=frozenset({*core, *red, "lane"})))

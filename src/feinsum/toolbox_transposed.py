@@ -34,12 +34,10 @@ import loopy as lp
 import numpy as np
 import pymbolic.primitives as prim
 
+from feinsum import toolbox_cvec as cvec
 from feinsum.spec import Array, BatchedEinsum
 from feinsum.toolbox import kernel_of
 from feinsum.toolbox_dense import Stage, element_index, element_reason
-
-#: OpenCL vector widths ``vstoreN`` exists for.
-STORE_WIDTHS = (2, 4, 8, 16)
 
 
 def _has_a(e: BatchedEinsum, stages: Sequence[Stage], s: int, c: int | str) -> bool:
@@ -195,11 +193,11 @@ def transposed_kernel(
     # {{{ the stages, row after row
 
     loads = [i.id for i in insns]
-    out_dim_tags = {arg.name: arg.dim_tags for arg in knl.args if arg.name.startswith("out")}
+    out_args = {f"out{r}": cvec.array_arg(knl, f"out{r}") for r in range(e.nrows)}
     for r in range(e.nrows):
         dt = e.value_dtype(r)
         prev: list[str] = []
-        if n_a % V or V not in STORE_WIDTHS:  # some lanes are stored one by one
+        if n_a % V or V not in cvec.WIDTHS:  # some lanes are stored one by one
             bounds[f"sl{r}"] = V
             tags[f"sl{r}"] = "unr"
         for s, st in enumerate(stages):
@@ -260,7 +258,7 @@ def transposed_kernel(
                             cell, id=f"keep{sfx}", depends_on=frozenset({f"upd{sfx}"}),
                             within_inames=frozenset({"eb", *outer, *vi})))
                     else:
-                        group += _stores(e, r, n, cast(int, k), acc, names, outer, out_dim_tags,
+                        group += _stores(e, r, n, cast(int, k), acc, names, outer, out_args,
                                          element(n), nsym, V, nv, n_a, f"upd{sfx}", sfx)
             insns += group
             prev = [i.id for i in group if i.id.startswith("keep")]
@@ -317,7 +315,7 @@ def _inputs_indices(e: BatchedEinsum, stages: Sequence[Stage], s: int) -> list[s
 
 
 def _stores(e: BatchedEinsum, r: int, n: int, k: int, acc: str, names: dict[str, Any],
-            outer: list[str], dim_tags: dict[str, Any], elem: Any, nsym: Any, V: int, nv: int,
+            outer: list[str], out_args: dict[str, Any], elem: Any, nsym: Any, V: int, nv: int,
             n_a: int, dep: str, sfx: str) -> list[Any]:
     """Vector *k* of element *n*'s output row: ``vstoreN`` if it is whole, else lane by
     lane (the lanes inside the row only); nothing for an element past the end."""
@@ -325,16 +323,11 @@ def _stores(e: BatchedEinsum, r: int, n: int, k: int, acc: str, names: dict[str,
     out = f"out{r}"
     inside = prim.Comparison(elem, "<", nsym)
     base = [elem if i == el else None if i == a else names[i] for i in e.out_indices]
-    if V in STORE_WIDTHS and (k + 1) * V <= n_a:
+    if V in cvec.WIDTHS and (k + 1) * V <= n_a:
         idx = [k * V if i == a else x for i, x in zip(e.out_indices, base, strict=True)]
-        offset = sum((cast(Any, t).stride * x for t, x in zip(dim_tags[out], idx, strict=True)),
-                     cast(Any, 0))
-        return [lp.CInstruction(
-            [(f"off_{sfx}", offset)],
-            f"vstore{V}({acc}[{nv * n + k}], 0, {out} + off_{sfx});",
-            read_variables=frozenset({acc}), assignees=(_sub(out, *idx),),
-            id=f"store{sfx}", depends_on=frozenset({dep}), predicates=frozenset({inside}),
-            within_inames=frozenset({"eb", *outer}))]
+        return [cvec.vstore(out_args[out], idx, acc, nv * n + k, V, id=f"store{sfx}",
+                            depends_on=frozenset({dep}), within=frozenset({"eb", *outer}),
+                            predicates=frozenset({inside}))]
     lane = prim.Variable(f"sl{r}")
     ai = k * V + lane
     idx = [ai if i == a else x for i, x in zip(e.out_indices, base, strict=True)]
