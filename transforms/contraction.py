@@ -7,7 +7,7 @@ with a ``px x py`` register tile (``ilp``); the longest reduction ``k`` advances
 a time (``unroll_k``), its ``A``/``B`` tiles optionally staged in local memory
 (``stage_a``/``stage_b``); ``order`` nests other reductions outside or inside it.
 ``vector`` (CPUs): each work-item owns ``ty`` entries of ``y`` times ``tx`` OpenCL vectors
-of ``vec`` entries of ``x`` (:func:`feinsum.toolbox_dense.vector_tile_kernel`), ``lx``
+of ``vec`` entries of ``x`` (:func:`feinsum.toolbox_tiles.vector_tile_kernel`), ``lx``
 work-items per group. Other output indices: ``g.2`` and loops. Lengths stay runtime.
 """
 
@@ -19,7 +19,7 @@ import loopy as lp
 
 from feinsum import recipes as rc
 from feinsum import toolbox as tb
-from feinsum import toolbox_dense as td
+from feinsum import toolbox_tiles as tt
 from feinsum.spec import Array
 
 
@@ -113,7 +113,7 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     if isinstance(r, str):  # apply() checks applies() first: a bug if reached
         raise ValueError(r)
     if p["scheme"] == "vector":
-        return td.vector_tile_kernel(t_unit, e, x=r["x"], y=r["y"], b=r["b"], vec=p["vec"],
+        return tt.vector_tile_kernel(t_unit, e, x=r["x"], y=r["y"], b=r["b"], vec=p["vec"],
                                      tx=p["tx"], ty=p["ty"], work_items=p["lx"])
     x, y, k = r["x"], r["y"], r["k"]
     t = tb.silence(tb.assume_nonempty(t_unit, e), "v1_scheduler_fallback")

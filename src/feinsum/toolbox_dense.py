@@ -45,7 +45,6 @@ import loopy as lp
 import numpy as np
 import pymbolic.primitives as prim
 
-from feinsum import toolbox_cvec as cvec
 from feinsum.spec import Array, BatchedEinsum
 from feinsum.toolbox import kernel_of
 
@@ -136,7 +135,8 @@ def element_stages(e: BatchedEinsum, last: int | None, lane: str | None = None
     return Stage(first, mid, lane), Stage(("w", last), out, lane)
 
 
-def _stage_indices(e: BatchedEinsum, stages: Sequence[Stage], s: int) -> list[str]:
+def stage_indices(e: BatchedEinsum, stages: Sequence[Stage], s: int) -> list[str]:
+    """The indices of stage *s*'s inputs, the element and lane indices excluded."""
     skip = {element_index(e), stages[s].lane}
     idx: list[str] = []
     for c in stages[s].inputs:
@@ -149,7 +149,7 @@ def stage_flops(e: BatchedEinsum, stages: Sequence[Stage]) -> int:
     """Multiply-adds per element and row of the per-element program."""
     total = 0
     for s, st in enumerate(stages):
-        n = math.prod(int(e.lengths[i]) for i in _stage_indices(e, stages, s))
+        n = math.prod(int(e.lengths[i]) for i in stage_indices(e, stages, s))
         total += n * max(len(st.inputs) - 1, 1)
     return total
 
@@ -190,7 +190,26 @@ def operator_entries(e: BatchedEinsum) -> int:
 # {{{ the kernel
 
 
-def _sub(name: str, *idx: Any) -> Any:
+def loop_names(e: BatchedEinsum, idx: Sequence[str], suffix: str, bounds: dict[str, Any]
+               ) -> dict[str, Any]:
+    """A fresh loop iname ``{i}_{suffix}`` per index of *idx* (its bound added to
+    *bounds*), as variables by index."""
+    names = {}
+    for i in idx:
+        names[i] = prim.Variable(f"{i}_{suffix}")
+        bounds[f"{i}_{suffix}"] = int(e.lengths[i])
+    return names
+
+
+def operand_key(rules: Any, r: int, c: int) -> tuple[Any, ...]:
+    """What operand *c* of row *r* reads (its substitution rule): rows with equal keys
+    share a gathered or staged copy."""
+    rule = rules[f"op{c}_r{r}"]
+    return (c, tuple(rule.arguments), str(rule.expression))
+
+
+def subscript(name: str, *idx: Any) -> Any:
+    """``name[idx...]`` (or ``name`` without indices)."""
     return prim.Subscript(prim.Variable(name), tuple(idx)) if idx else prim.Variable(name)
 
 
@@ -236,18 +255,13 @@ def element_kernel(
                                           address_space=lp.AddressSpace.PRIVATE))
 
     def loops(idx: Sequence[str], suffix: str) -> dict[str, Any]:
-        names = {}
-        for i in idx:
-            names[i] = prim.Variable(f"{i}_{suffix}")
-            bounds[f"{i}_{suffix}"] = int(e.lengths[i])
-        return names
+        return loop_names(e, idx, suffix, bounds)
 
     def element(lane: Any) -> Any:
         return blk * V + lane
 
     def rule_key(r: int, c: int) -> tuple[Any, ...]:
-        rule = rules[f"op{c}_r{r}"]
-        return (c, tuple(rule.arguments), str(rule.expression))
+        return operand_key(rules, r, c)
 
     # {{{ gather element operands, stage operator operands
 
@@ -269,7 +283,7 @@ def element_kernel(
                                                     prim.Variable(nsym) - 1))
                 args = [ei if i == el else names[i] for i in idx]
                 insns.append(lp.Assignment(
-                    _sub(name, *(names[i] for i in rest), prim.Variable("lane")),
+                    subscript(name, *(names[i] for i in rest), prim.Variable("lane")),
                     prim.Variable(f"op{c}_r{r}")(*args), id=f"load_{name}",
                     within_inames=frozenset({"eb", "lane", *(v.name for v in names.values())})))
             elif el not in idx and local_operator and key not in staged and rest:
@@ -279,7 +293,7 @@ def element_kernel(
                     spread.append(names[rest[0]].name)
                 temp(name, shape, dt, lp.AddressSpace.LOCAL)
                 insns.append(lp.Assignment(
-                    _sub(name, *names.values()), prim.Variable(f"op{c}_r{r}")(*names.values()),
+                    subscript(name, *names.values()), prim.Variable(f"op{c}_r{r}")(*names.values()),
                     id=f"copy_{name}",
                     within_inames=frozenset(v.name for v in names.values())))
 
@@ -297,7 +311,7 @@ def element_kernel(
     for p, rows in enumerate(passes):
         for s, st in enumerate(stages):
             a = accumulator_index(e, st)
-            red = [i for i in _stage_indices(e, stages, s) if i not in st.out]
+            red = [i for i in stage_indices(e, stages, s) if i not in st.out]
             K = min(acc[s], int(e.lengths[a])) if a else 1
             tag = f"s{s}p{p}"
             others = [i for i in st.out if i != a]
@@ -343,13 +357,7 @@ def element_kernel(
     inames = ["eb", *(["ev"] if V > 1 else []), "lane", *slanes, *bounds]
     tags.update({s: "unr" for s in slanes})
     domain = f"[{nsym}] -> {{[{', '.join(inames)}]: {' and '.join(cons)}}}"
-    data: list[Any] = [*knl.args, *temps]
-    new = lp.make_kernel(
-        domain, [*rules.values(), *insns], data, name=knl.name,
-        target=knl.target, lang_version=(2018, 2), seq_dependencies=False,
-        silenced_warnings=["vectorize_failed", "v1_scheduler_fallback", "write_race*",
-                           "read_no_write*"],
-    )
+    new = rewritten_kernel(knl, domain, insns, temps)
     new = lp.tag_inames(new, tags)
     if lane_idx:  # whole-vector access to the element-blocked arrays and the output
         blocked = {cast(Array, f).name: cast(Array, f).ndim for _, c, f in e.factors()
@@ -364,18 +372,38 @@ def element_kernel(
                              outer_tag="g.0", inner_tag="l.0")
     else:
         new = lp.tag_inames(new, {"eb": "g.0"})
-    if staged:  # copies run in every work-group
-        new = lp.add_inames_for_unused_hw_axes(new, within="id:copy_*")
-    for order in priorities:
-        if len(order) > 1:
-            new = lp.prioritize_loops(new, ",".join(order))
-    # the construction orders every access and clamps every element index; loopy's
-    # checks of both cost seconds on kernels of this size
-    new = lp.set_options(new, enforce_variable_access_ordered="no_check",
-                         enforce_array_accesses_within_bounds="no_check")
-    return lp.assume(new, f"{nsym} >= 1")
+    return finish_element_kernel(new, "id:copy_*" if staged else None, priorities, nsym)
 
     # }}}
+
+
+def rewritten_kernel(knl: lp.LoopKernel, domain: str, insns: Sequence[Any],
+                     temps: Sequence[Any]) -> lp.TranslationUnit:
+    """A new kernel in place of the reference kernel *knl*: its name, target, arguments and
+    operand substitution rules (the normalised form), with *domain*, *insns* and the
+    temporaries *temps*; dependencies are the ones the statements give."""
+    data: list[Any] = [*knl.args, *temps]
+    return lp.make_kernel(
+        domain, [*knl.substitutions.values(), *insns], data, name=knl.name,
+        target=knl.target, lang_version=(2018, 2), seq_dependencies=False,
+        silenced_warnings=["vectorize_failed", "v1_scheduler_fallback", "write_race*",
+                           "read_no_write*"])
+
+
+def finish_element_kernel(knl: lp.TranslationUnit, copies: str | None,
+                          priorities: Sequence[Sequence[str]], nsym: str) -> lp.TranslationUnit:
+    """The common end of the per-element kernels: the local-memory copies (*copies*, a
+    match expression) run in every work-group, the loop priorities, loopy's access checks
+    off (the construction orders every access and clamps every element index; the checks
+    cost seconds on kernels of this size), and at least one element."""
+    if copies:
+        knl = lp.add_inames_for_unused_hw_axes(knl, within=copies)
+    for order in priorities:
+        if len(order) > 1:
+            knl = lp.prioritize_loops(knl, ",".join(order))
+    knl = lp.set_options(knl, enforce_variable_access_ordered="no_check",
+                         enforce_array_accesses_within_bounds="no_check")
+    return lp.assume(knl, f"{nsym} >= 1")
 
 
 def _stage_row(e: BatchedEinsum, stages: Sequence[Stage], s: int, r: int, k: int,
@@ -395,21 +423,21 @@ def _stage_row(e: BatchedEinsum, stages: Sequence[Stage], s: int, r: int, k: int
     factors = []
     for c in st.inputs:
         if c == "w":
-            factors.append(_sub(f"w{s - 1}_r{r}", *(names[i] for i in stages[s - 1].out), ev))
+            factors.append(subscript(f"w{s - 1}_r{r}", *(names[i] for i in stages[s - 1].out), ev))
             continue
         key = rule_key(r, int(c))
         rest = [names[i] for i in e.in_indices[int(c)] if i not in skip]
         if key in gathered:
-            factors.append(_sub(gathered[key], *rest, ev))
+            factors.append(subscript(gathered[key], *rest, ev))
         elif key in staged:
-            factors.append(_sub(staged[key], *rest))
+            factors.append(subscript(staged[key], *rest))
         elif el in e.in_indices[int(c)]:  # lane mode: whole vectors, straight from global
             args = [prim.Variable("eb") if i == el else ev if i == lane_idx else names[i]
                     for i in e.in_indices[int(c)]]
             factors.append(prim.Variable(f"op{c}_r{r}")(*args))
         else:
             factors.append(prim.Variable(f"op{c}_r{r}")(*rest))
-    cell = _sub(accn, k, ev)
+    cell = subscript(accn, k, ev)
     sfx = f"{s}_r{r}_k{k}"
     deps = set(pre) | ({f"store{s - 1}_r{r}_k*"} if s else set())
     out = [
@@ -421,7 +449,7 @@ def _stage_row(e: BatchedEinsum, stages: Sequence[Stage], s: int, r: int, k: int
     ]
     if not last:
         out.append(lp.Assignment(
-            _sub(f"w{s}_r{r}", *(names[i] for i in st.out), ev), cell, id=f"store{sfx}",
+            subscript(f"w{s}_r{r}", *(names[i] for i in st.out), ev), cell, id=f"store{sfx}",
             depends_on=frozenset({f"upd{sfx}"}), predicates=guard,
             within_inames=frozenset({*base, *evs})))
         return out
@@ -429,157 +457,18 @@ def _stage_row(e: BatchedEinsum, stages: Sequence[Stage], s: int, r: int, k: int
         idx = [prim.Variable("eb") if i == el else ev if i == lane_idx else names[i]
                for i in e.out_indices]
         out.append(lp.Assignment(
-            _sub(f"out{r}", *idx), cell, id=f"store{sfx}", depends_on=frozenset({f"upd{sfx}"}),
+            subscript(f"out{r}", *idx), cell, id=f"store{sfx}", depends_on=frozenset({f"upd{sfx}"}),
             within_inames=frozenset({*base, *evs}), predicates=guard))
         return out
     lane = prim.Variable(f"slane{r}")
     idx = [element(lane) if i == el else names[i] for i in e.out_indices]
     out.append(lp.Assignment(
-        _sub(f"out{r}", *idx), _sub(accn, k, lane), id=f"store{sfx}",
+        subscript(f"out{r}", *idx), subscript(accn, k, lane), id=f"store{sfx}",
         depends_on=frozenset({f"upd{sfx}"}),
         within_inames=frozenset({*base, lane.name}),
         predicates=guard.union([cast(Any, prim.Comparison(element(lane), "<",
                                                            prim.Variable(nsym)))])))
     return out
-
-
-# }}}
-
-
-
-# {{{ vector register tiles for two-operand contractions
-
-
-def _whole_vectors(knl: lp.LoopKernel, rule: Any, idx: Sequence[str], x: str, vec: int,
-                   dtype: np.dtype[Any]) -> lp.ArrayArg | None:
-    """The array operand *rule* reads, if vectors along *x* can be loaded whole from it:
-    the rule is ``A[idx...]`` of a global array of *dtype* (the accumulators') whose *x*
-    axis is contiguous, and *vec* is a ``vloadN`` width."""
-    expr = rule.expression
-    if vec not in cvec.WIDTHS or not (isinstance(expr, prim.Subscript)
-                                      and isinstance(expr.aggregate, prim.Variable)):
-        return None
-    args = tuple(rule.arguments)
-    if tuple(str(i) for i in expr.index_tuple) != args or args != tuple(idx) or x not in idx:
-        return None
-    arg = knl.arg_dict.get(expr.aggregate.name)
-    if not isinstance(arg, lp.ArrayArg) or arg.dtype is None or (
-            arg.dtype.numpy_dtype != dtype):
-        return None
-    return arg if cvec.contiguous_axis(arg, list(idx).index(x)) else None
-
-
-def vector_tile_kernel(
-    t_unit: lp.TranslationUnit, e: BatchedEinsum, *, x: str, y: str, b: int, vec: int,
-    tx: int, ty: int, work_items: int,
-) -> lp.TranslationUnit:
-    """A contraction kernel for CPUs: each work-item owns ``ty`` entries of output index
-    *y* times ``tx`` OpenCL vectors of ``vec`` consecutive entries of the contiguous
-    output index *x* (read from operand column *b*). For every point of the reduction
-    loops it gathers its ``tx`` vectors of operand *b* lane by lane (indices past the end
-    clamped; one ``vloadN`` per vector when *x* is that operand's contiguous axis and the
-    operand a plain array of the value type), broadcasts ``ty`` entries of the other
-    operand and updates ``tx x ty``
-    vector accumulators, written as separate statements in one loop nest. Other output
-    indices: ``g.2`` (the first) and loops. Lanes outside the output are not stored."""
-    knl = kernel_of(t_unit)
-    rules, V = knl.substitutions, vec
-    red = sorted(e.reduction_indices, key=lambda i: isinstance(e.lengths[i], str))
-    rest = [i for i in e.out_indices if i not in (x, y)]
-    length = {i: prim.Variable(str(n)) if isinstance(n, str) else n
-              for i, n in e.lengths.items()}
-    xb, yb, lane = prim.Variable("xb"), prim.Variable("yb"), prim.Variable("lane")
-    ev: Any = prim.Variable("ev") if V > 1 else 0
-    evs = {"ev"} if V > 1 else set()
-    loop = {i: prim.Variable(i) for i in [*red, *rest]}
-    vdims = "c,c,vec" if V > 1 else "c,c,c"
-    temps: list[Any] = []
-    insns: list[Any] = []
-    core = {"xb", "yb", *rest}
-
-    def clamp(v: Any, n: Any) -> Any:
-        return prim.Min((v, n - 1))
-
-    for r in range(e.nrows):
-        bt, acc = f"b_r{r}", f"acc_r{r}"
-        temps += [lp.TemporaryVariable(bt, e.value_dtype(r), shape=(tx, 1, V),
-                                       dim_tags=cast(Any, vdims)),
-                  lp.TemporaryVariable(acc, e.value_dtype(r), shape=(ty, tx, V),
-                                       dim_tags=cast(Any, vdims))]
-        loads = []
-        whole = _whole_vectors(knl, rules[f"op{b}_r{r}"], e.in_indices[b], x, V,
-                               e.value_dtype(r))
-        for c in range(tx):
-            loads.append(f"ld{r}_{c}")
-            if whole is not None:  # one vloadN per vector inside the range
-                x0 = xb * (tx * V) + c * V
-                insns.append(cvec.vload_clamped(
-                    whole, [x0 if i == x else loop[i] for i in e.in_indices[b]], x0,
-                    length[x], bt, c, V, "double" if e.value_dtype(r).itemsize == 8
-                    else "float", id=loads[-1], within=frozenset({*core, *red})))
-                continue
-            xi = clamp(xb * (tx * V) + c * V + lane, length[x])
-            args = [xi if i == x else loop[i] for i in e.in_indices[b]]
-            insns.append(lp.Assignment(
-                _sub(bt, c, 0, lane), prim.Variable(f"op{b}_r{r}")(*args), id=loads[-1],
-                within_inames=frozenset({*core, *red, "lane"})))
-        for t in range(ty):
-            yi = clamp(yb * ty + t, length[y])
-            a_args = [yi if i == y else loop[i] for i in e.in_indices[1 - b]]
-            a_val = prim.Variable(f"op{1 - b}_r{r}")(*a_args)
-            for c in range(tx):
-                cell, sfx = _sub(acc, t, c, ev), f"{r}_{t}_{c}"
-                pair = (a_val, _sub(bt, c, 0, ev)) if b else (_sub(bt, c, 0, ev), a_val)
-                insns += [
-                    lp.Assignment(cell, e.value_dtype(r).type(0), id=f"init{sfx}",
-                                  within_inames=frozenset({*core, *evs})),
-                    lp.Assignment(cell, cell + prim.Product(pair), id=f"upd{sfx}",
-                                  depends_on=frozenset({f"init{sfx}", *loads}),
-                                  within_inames=frozenset({*core, *red, *evs})),
-                ]
-                xo = xb * (tx * V) + c * V + prim.Variable(f"sl{r}")
-                ys = yb * ty + t
-                idx = [xo if i == x else ys if i == y else loop[i] for i in e.out_indices]
-                insns.append(lp.Assignment(
-                    _sub(f"out{r}", *idx), _sub(acc, t, c, prim.Variable(f"sl{r}")),
-                    id=f"store{sfx}", depends_on=frozenset({f"upd{sfx}"}),
-                    within_inames=frozenset({*core, f"sl{r}"}),
-                    predicates=frozenset({cast(Any, prim.Comparison(xo, "<", length[x])),
-                                          cast(Any, prim.Comparison(ys, "<", length[y]))})))
-    syms = sorted({str(n) for n in e.lengths.values() if isinstance(n, str)})
-
-    def bound(i: str) -> str:
-        return str(e.lengths[i])
-
-    cons = [f"0 <= xb and {tx * V}*xb < {bound(x)}", f"0 <= yb and {ty}*yb < {bound(y)}",
-            f"0 <= lane < {V}", *(f"0 <= sl{r} < {V}" for r in range(e.nrows)),
-            *(f"0 <= {i} < {bound(i)}" for i in [*red, *rest])]
-    names = ["xb", "yb", "lane", *(f"sl{r}" for r in range(e.nrows)), *red, *rest]
-    if V > 1:
-        cons.append(f"0 <= ev < {V}")
-        names.append("ev")
-    domain = f"[{', '.join(syms)}] -> {{[{', '.join(names)}]: {' and '.join(cons)}}}"
-    data: list[Any] = [*knl.args, *temps]
-    new = lp.make_kernel(
-        domain, [*rules.values(), *insns], data, name=knl.name, target=knl.target,
-        lang_version=(2018, 2), seq_dependencies=False,
-        silenced_warnings=["vectorize_failed", "v1_scheduler_fallback", "write_race*",
-                           "read_no_write*"])
-    tags = {"lane": "unr", "ev": "vec" if V > 1 else None,
-            **{f"sl{r}": "unr" for r in range(e.nrows)}}
-    if rest:
-        tags[rest[0]] = "g.2"
-    new = lp.tag_inames(new, {k: v for k, v in tags.items() if v})
-    new = lp.tag_inames(new, {"xb": "g.0"})
-    if work_items > 1:
-        new = lp.split_iname(new, "yb", work_items, outer_tag="g.1", inner_tag="l.0")
-    else:
-        new = lp.tag_inames(new, {"yb": "g.1"})
-    new = lp.prioritize_loops(new, ",".join([*rest[1:], *red])) if len(
-        [*rest[1:], *red]) > 1 else new
-    new = lp.set_options(new, enforce_variable_access_ordered="no_check",
-                         enforce_array_accesses_within_bounds="no_check")
-    return lp.assume(new, " and ".join(f"{s} >= 1" for s in syms)) if syms else new
 
 
 # }}}

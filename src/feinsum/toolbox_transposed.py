@@ -37,7 +37,19 @@ import pymbolic.primitives as prim
 from feinsum import toolbox_cvec as cvec
 from feinsum.spec import Array, BatchedEinsum
 from feinsum.toolbox import kernel_of
-from feinsum.toolbox_dense import Stage, element_index, element_reason
+from feinsum.toolbox_dense import (
+    Stage,
+    element_index,
+    element_reason,
+    finish_element_kernel,
+    loop_names,
+    operand_key,
+    rewritten_kernel,
+    stage_indices,
+)
+from feinsum.toolbox_dense import (
+    subscript as sub,
+)
 
 
 def _has_a(e: BatchedEinsum, stages: Sequence[Stage], s: int, c: int | str) -> bool:
@@ -101,10 +113,6 @@ def accumulator_vectors(e: BatchedEinsum, vec: int, elements: int) -> int:
     return elements * -(-int(e.lengths[e.out_indices[-1]]) // vec)
 
 
-def _sub(name: str, *idx: Any) -> Any:
-    return prim.Subscript(prim.Variable(name), tuple(idx)) if idx else prim.Variable(name)
-
-
 def transposed_kernel(
     t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[Stage], *, vec: int,
     work_items: int, elements: int, blocks: int, unroll: int,
@@ -144,11 +152,7 @@ def transposed_kernel(
                                           address_space=space))
 
     def loops(idx: Sequence[str], suffix: str) -> dict[str, Any]:
-        names = {}
-        for i in idx:
-            names[i] = prim.Variable(f"{i}_{suffix}")
-            bounds[f"{i}_{suffix}"] = int(e.lengths[i])
-        return names
+        return loop_names(e, idx, suffix, bounds)
 
     def element(n: int) -> Any:
         return eb * NE + n
@@ -157,8 +161,7 @@ def transposed_kernel(
         return prim.Min((element(n), nsym - 1))
 
     def rule_key(r: int, c: int) -> tuple[Any, ...]:
-        rule = rules[f"op{c}_r{r}"]
-        return (c, tuple(rule.arguments), str(rule.expression))
+        return operand_key(rules, r, c)
 
     # {{{ stage the operands with the index a, transposed, in local memory
 
@@ -181,7 +184,7 @@ def transposed_kernel(
             ai = prim.Variable(iv) * V + lane
             args = [prim.Min((ai, n_a - 1)) if i == a else names[i] for i in idx]
             insns.append(lp.Assignment(
-                _sub(name, *names.values(), prim.Variable(iv), lane),
+                sub(name, *names.values(), prim.Variable(iv), lane),
                 prim.If(prim.Comparison(ai, "<", n_a), prim.Variable(f"op{c}_r{r}")(*args),
                         dt.type(0)),
                 id=f"stage_{name}",
@@ -204,7 +207,7 @@ def transposed_kernel(
             tag, last = f"{s}r{r}", s == len(stages) - 1
             vector = a in st.out
             others = [i for i in st.out if i != a]
-            red = [i for i in _inputs_indices(e, stages, s) if i not in st.out]
+            red = [i for i in stage_indices(e, stages, s) if i not in st.out]
             names = loops([*others, *red], tag)
             outer = [names[i].name for i in others]
             unrolled = [names[i].name for i in red if int(e.lengths[i]) <= unroll]
@@ -224,20 +227,20 @@ def transposed_kernel(
             for n in range(NE):
                 for k in lanes_k:
                     sfx = f"{tag}n{n}k{k}"
-                    cell = _sub(acc, n, k, lv) if vector else _sub(acc, n, 0)
+                    cell = sub(acc, n, k, lv) if vector else sub(acc, n, 0)
                     factors = []
                     for col in st.inputs:
                         if col == "w":
                             pw, pst = f"w{s - 1}r{r}", stages[s - 1]
                             pidx = [names[i] for i in pst.out if i != a]
-                            factors.append(_sub(pw, n, *pidx, k, lv)
-                                           if _has_a(e, stages, s, col) else _sub(pw, n, *pidx, 0))
+                            factors.append(sub(pw, n, *pidx, k, lv)
+                                           if _has_a(e, stages, s, col) else sub(pw, n, *pidx, 0))
                             continue
                         c = int(col)
                         idx = e.in_indices[c]
                         key = rule_key(r, c)
                         if key in staged:
-                            factors.append(_sub(staged[key], *(names[i] for i in idx if i != a),
+                            factors.append(sub(staged[key], *(names[i] for i in idx if i != a),
                                                 k, lv))
                         else:
                             args = [clamped(n) if i == el else names[i] for i in idx]
@@ -254,7 +257,7 @@ def transposed_kernel(
                     if not last:
                         oidx = [names[i] for i in others]
                         group.append(lp.Assignment(
-                            _sub(wname, n, *oidx, k, lv) if vector else _sub(wname, n, *oidx, 0),
+                            sub(wname, n, *oidx, k, lv) if vector else sub(wname, n, *oidx, 0),
                             cell, id=f"keep{sfx}", depends_on=frozenset({f"upd{sfx}"}),
                             within_inames=frozenset({"eb", *outer, *vi})))
                     else:
@@ -271,12 +274,7 @@ def transposed_kernel(
     cons += [f"0 <= {i} < {n}" for i, n in bounds.items()]
     inames = ["eb", *(["ev"] if V > 1 else []), *bounds]
     domain = f"[{nsym}] -> {{[{', '.join(inames)}]: {' and '.join(cons)}}}"
-    data: list[Any] = [*knl.args, *temps]
-    new = lp.make_kernel(
-        domain, [*rules.values(), *insns], data, name=knl.name,
-        target=knl.target, lang_version=(2018, 2), seq_dependencies=False,
-        silenced_warnings=["vectorize_failed", "v1_scheduler_fallback", "write_race*",
-                           "read_no_write*"])
+    new = rewritten_kernel(knl, domain, insns, temps)
     new = lp.tag_inames(new, tags)
     for first in spread:
         if work_items > 1:
@@ -292,26 +290,9 @@ def transposed_kernel(
                              outer_tag="g.0")
     else:
         new = lp.tag_inames(new, {outer_block: "g.0"})
-    if staged:
-        new = lp.add_inames_for_unused_hw_axes(new, within="id:stage_*")
-    for order in priorities:
-        if len(order) > 1:
-            new = lp.prioritize_loops(new, ",".join(order))
-    new = lp.set_options(new, enforce_variable_access_ordered="no_check",
-                         enforce_array_accesses_within_bounds="no_check")
-    return lp.assume(new, f"{nsym} >= 1")
+    return finish_element_kernel(new, "id:stage_*" if staged else None, priorities, str(nsym))
 
     # }}}
-
-
-def _inputs_indices(e: BatchedEinsum, stages: Sequence[Stage], s: int) -> list[str]:
-    """The indices of stage *s*'s inputs, element index excluded."""
-    el = element_index(e)
-    idx: list[str] = []
-    for c in stages[s].inputs:
-        idx += list(stages[s - 1].out) if c == "w" else [i for i in e.in_indices[int(c)]
-                                                          if i != el]
-    return list(dict.fromkeys(idx))
 
 
 def _stores(e: BatchedEinsum, r: int, n: int, k: int, acc: str, names: dict[str, Any],
@@ -331,10 +312,10 @@ def _stores(e: BatchedEinsum, r: int, n: int, k: int, acc: str, names: dict[str,
     lane = prim.Variable(f"sl{r}")
     ai = k * V + lane
     idx = [ai if i == a else x for i, x in zip(e.out_indices, base, strict=True)]
-    value = _sub(acc, n, k, lane) if V > 1 else _sub(acc, n, k, 0)
+    value = sub(acc, n, k, lane) if V > 1 else sub(acc, n, k, 0)
     guards = {inside} | ({prim.Comparison(ai, "<", n_a)} if (k + 1) * V > n_a else set())
     return [lp.Assignment(
-        _sub(out, *idx), value, id=f"store{sfx}", depends_on=frozenset({dep}),
+        sub(out, *idx), value, id=f"store{sfx}", depends_on=frozenset({dep}),
         predicates=frozenset(cast(Any, guards)),
         within_inames=frozenset({"eb", *outer, lane.name}))]
 
