@@ -96,6 +96,8 @@ def main() -> None:
     p.add_argument("--budget", type=int, default=None)
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--device", default=None)
+    p.add_argument("--prefer", nargs="*", default=None, metavar="RECIPE",
+                   help="recipes the default rung tries first (feinsum.hook.PREFERENCE)")
     args = p.parse_args()
 
     import pyopencl.array as cla
@@ -120,13 +122,13 @@ def main() -> None:
     db: Any = False if args.db == "none" else args.db
     transformed, report = feinsum.transform_program(
         program, device=device, db=db, on_miss=args.on_miss, budget=args.budget,
-        lengths={"nelements": n})
+        lengths={"nelements": n}, prefer=args.prefer)
     first = time.perf_counter() - t0
     rebuilt = build_program()  # an equal program, built again as array compilers do
     t0 = time.perf_counter()
     _, again = feinsum.transform_program(rebuilt, device=device, db=db,
                                          on_miss=args.on_miss, budget=args.budget,
-                                         lengths={"nelements": n})
+                                         lengths={"nelements": n}, prefer=args.prefer)
     print(report)
     print(f"hook: {first:.2f} s the first time, {1e3 * (time.perf_counter() - t0):.1f} ms for "
           f"the same program rebuilt (cached: {again.cached})\n")

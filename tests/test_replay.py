@@ -244,6 +244,34 @@ def test_replay_shipped_generic_recipe(cl_device, cl_queue, rng):
     assert_same(run(new, cl_queue, **inputs), run(t_unit, cl_queue, **inputs))
 
 
+MASS = "out[e, i] = sum(j, minv[i, j] * rhs[e, j])"
+GEMM = "C[i, j] = sum(k, A[i, k] * B[k, j])"
+
+
+@pytest.mark.parametrize(("recipe_name", "params"), [
+    ("dg_transposed", {}), ("dg_transposed", {"vec": 4, "elements": 3}),
+    ("dg_operator", {}), ("contraction", {"scheme": "vector", "vec": 8, "tx": 2, "ty": 3}),
+])
+def test_replay_shipped_vector_recipes(recipe_name, params, cl_device, cl_queue, rng):
+    """Recipes that write OpenCL vector code (loopy CInstructions for vloadN/vstoreN
+    among it) replay on a user's kernel: the spliced kernel passes loopy's checks (every
+    access ordered) and computes what the user's kernel computes."""
+    if recipe_name == "contraction":
+        t_unit = knl("{[i,j,k]: 0<=i<ni and 0<=j<nj and 0<=k<nk}", GEMM, [g("A,B,C"), ...],
+                     name="gemm")
+        inputs = {"A": rng.standard_normal((13, 7)), "B": rng.standard_normal((7, 37))}
+    else:
+        t_unit = knl("{[e,i,j]: 0<=e<nel and 0<=i<19 and 0<=j<11}", MASS,
+                     [g("minv,rhs,out"), ...], name="mass")
+        inputs = {"minv": rng.standard_normal((19, 11)), "rhs": rng.standard_normal((45, 11))}
+    m = feinsum.match_einsum(t_unit)
+    recipe = feinsum.get_recipe(recipe_name)
+    assert recipe.applies(m.canonical, cl_device) is None
+    cfg = {**recipe.default(m.canonical, cl_device), **params}
+    new = feinsum.apply_transform(t_unit, m, recipe, cfg, device=cl_device)
+    assert_same(run(new, cl_queue, **inputs), run(t_unit, cl_queue, **inputs))
+
+
 def test_recipe_failure_is_reported():
     class Broken:
         name = "broken"

@@ -6,7 +6,8 @@ plain layouts of most einsums have contiguous runs at any offset (a row of 35 en
 ``u[e, :]``, a segment of a GEMM row). These helpers emit the OpenCL builtins as loopy
 :class:`~loopy.CInstruction` statements, with the flat offset computed by loopy from the
 array's strides (so parallel inames and length parameters are substituted as in any other
-statement). The private vector temporaries they touch must have a ``vec`` last axis.
+statement). The private temporaries they touch are single vectors (shape ``(vec,)``, a
+``vec`` axis): loopy then knows exactly which statements touch each.
 """
 
 from __future__ import annotations
@@ -53,32 +54,32 @@ def _bind(pairs: Sequence[tuple[str, Any]]) -> tuple[list[str], list[tuple[str, 
     return names, exprs
 
 
-def vstore(arg: lp.ArrayArg, idx: Sequence[Any], temp: str, entry: int, vec: int, *,
-           id: str, depends_on: frozenset[str], within: frozenset[str],
+def vstore(arg: lp.ArrayArg, idx: Sequence[Any], temp: str, vec: int, *, id: str,
+           depends_on: frozenset[str], within: frozenset[str],
            predicates: frozenset[Any] = frozenset()) -> lp.CInstruction:
-    """``arg[idx : idx + vec]`` (along the contiguous last run) ``=`` vector *entry* of the
-    private vector temporary *temp* (its flattened index)."""
-    (off,), exprs = _bind([(f"off_{id}", flat_offset(arg, idx))])
+    """``arg[idx : idx + vec]`` (along the contiguous last run) ``=`` the private vector
+    temporary *temp* (shape ``(vec,)``, a ``vec`` axis: one OpenCL vector)."""
+    (off,), exprs = _bind([(f"feinsum_off_{id}", flat_offset(arg, idx))])
     return lp.CInstruction(
-        exprs, f"vstore{vec}({temp}[{entry}], 0, {arg.name} + {off});",
+        exprs, f"vstore{vec}({temp}, 0, {arg.name} + {off});",
         read_variables=frozenset({temp}),
         assignees=(prim.Subscript(prim.Variable(arg.name), tuple(idx)),),
         id=id, depends_on=depends_on, within_inames=within, predicates=predicates)
 
 
 def vload_clamped(arg: lp.ArrayArg, idx: Sequence[Any], start: Any, length: Any, temp: str,
-                  entry: int, vec: int, ctype: str, *, id: str, within: frozenset[str]
+                  vec: int, ctype: str, *, id: str, within: frozenset[str]
                   ) -> lp.CInstruction:
-    """Vector *entry* of the private vector temporary *temp* ``=`` ``arg[idx : idx + vec]``
+    """The private vector temporary *temp* (shape ``(vec,)``) ``=`` ``arg[idx : idx + vec]``
     along a contiguous index that starts at *start* and has *length* entries: one
     ``vloadN`` when the whole vector is inside, else lane by lane with the index clamped
     to the last entry (as the gathers of :mod:`feinsum.toolbox_dense` clamp)."""
-    (off, x0, n), exprs = _bind([(f"off_{id}", flat_offset(arg, idx)),
-                                 (f"x0_{id}", start), (f"n_{id}", length)])
-    code = (f"if ({x0} + {vec} <= {n}) {temp}[{entry}] = vload{vec}(0, {arg.name} + {off});\n"
-            f"else for (int l = 0; l < {vec}; ++l)\n"
-            f"  ((__private {ctype} *) &{temp}[{entry}])[l] = "
-            f"{arg.name}[{off} + min(l, {n} - 1 - {x0})];")
+    (off, x0, n), exprs = _bind([(f"feinsum_off_{id}", flat_offset(arg, idx)),
+                                 (f"feinsum_x0_{id}", start), (f"feinsum_n_{id}", length)])
+    code = (f"if ({x0} + {vec} <= {n}) {temp} = vload{vec}(0, {arg.name} + {off});\n"
+            f"else for (int feinsum_l = 0; feinsum_l < {vec}; ++feinsum_l)\n"
+            f"  ((__private {ctype} *) &{temp})[feinsum_l] = "
+            f"{arg.name}[{off} + min(feinsum_l, {n} - 1 - {x0})];")
     return lp.CInstruction(
         exprs, code,
         read_variables=frozenset({arg.name}),

@@ -69,11 +69,15 @@ def vector_tile_kernel(
         return prim.Min((v, n - 1))
 
     for r in range(e.nrows):
-        bt, acc = f"b_r{r}", f"acc_r{r}"
-        temps += [lp.TemporaryVariable(bt, e.value_dtype(r), shape=(tx, 1, V),
-                                       dim_tags=cast(Any, vdims)),
-                  lp.TemporaryVariable(acc, e.value_dtype(r), shape=(ty, tx, V),
-                                       dim_tags=cast(Any, vdims))]
+        acc = f"acc_r{r}"
+        # one temporary per B vector: loopy then sees exactly which statements touch it
+        # (a vector load writes it as a whole)
+        bts = [f"b_r{r}_{c}" for c in range(tx)]
+        temps += [lp.TemporaryVariable(bt, e.value_dtype(r), shape=(V,),
+                                       dim_tags=cast(Any, "vec" if V > 1 else "c"))
+                  for bt in bts]
+        temps.append(lp.TemporaryVariable(acc, e.value_dtype(r), shape=(ty, tx, V),
+                                          dim_tags=cast(Any, vdims)))
         loads = []
         whole = _whole_vectors(knl, rules[f"op{b}_r{r}"], e.in_indices[b], x, V,
                                e.value_dtype(r))
@@ -83,13 +87,13 @@ def vector_tile_kernel(
                 x0 = xb * (tx * V) + c * V
                 insns.append(cvec.vload_clamped(
                     whole, [x0 if i == x else loop[i] for i in e.in_indices[b]], x0,
-                    length[x], bt, c, V, "double" if e.value_dtype(r).itemsize == 8
+                    length[x], bts[c], V, "double" if e.value_dtype(r).itemsize == 8
                     else "float", id=loads[-1], within=frozenset({*core, *red})))
                 continue
             xi = clamp(xb * (tx * V) + c * V + lane, length[x])
             args = [xi if i == x else loop[i] for i in e.in_indices[b]]
             insns.append(lp.Assignment(
-                subscript(bt, c, 0, lane), prim.Variable(f"op{b}_r{r}")(*args), id=loads[-1],
+                subscript(bts[c], lane), prim.Variable(f"op{b}_r{r}")(*args), id=loads[-1],
                 within_inames=frozenset({*core, *red, "lane"})))
         for t in range(ty):
             yi = clamp(yb * ty + t, length[y])
@@ -97,7 +101,7 @@ def vector_tile_kernel(
             a_val = prim.Variable(f"op{1 - b}_r{r}")(*a_args)
             for c in range(tx):
                 cell, sfx = subscript(acc, t, c, ev), f"{r}_{t}_{c}"
-                pair = (a_val, subscript(bt, c, 0, ev)) if b else (subscript(bt, c, 0, ev), a_val)
+                pair = (a_val, subscript(bts[c], ev)) if b else (subscript(bts[c], ev), a_val)
                 insns += [
                     lp.Assignment(cell, e.value_dtype(r).type(0), id=f"init{sfx}",
                                   within_inames=frozenset({*core, *evs})),

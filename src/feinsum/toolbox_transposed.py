@@ -214,9 +214,8 @@ def transposed_kernel(
             rolled = [names[i].name for i in red if int(e.lengths[i]) > unroll]
             tags.update({n: "unr" for n in unrolled})
             priorities.append([*outer, *rolled, *unrolled])
-            acc, wname = f"acc{tag}", f"w{tag}"
+            wname = f"w{tag}"
             lanes_k = list(range(nv)) if vector else [None]
-            temp(acc, (NE, nv, V) if vector else (NE, 1), dt, lp.AddressSpace.PRIVATE, vector)
             if not last:
                 shape = (NE, *(int(e.lengths[i]) for i in others))
                 temp(wname, (*shape, nv, V) if vector else (*shape, 1), dt,
@@ -226,8 +225,12 @@ def transposed_kernel(
             group: list[Any] = []
             for n in range(NE):
                 for k in lanes_k:
+                    # one temporary per accumulator: loopy then sees exactly which
+                    # statements touch it (the vector stores read it as a whole)
                     sfx = f"{tag}n{n}k{k}"
-                    cell = sub(acc, n, k, lv) if vector else sub(acc, n, 0)
+                    acc = f"acc{sfx}"
+                    temp(acc, (V,) if vector else (1,), dt, lp.AddressSpace.PRIVATE, vector)
+                    cell = sub(acc, lv)
                     factors = []
                     for col in st.inputs:
                         if col == "w":
@@ -262,9 +265,15 @@ def transposed_kernel(
                             within_inames=frozenset({"eb", *outer, *vi})))
                     else:
                         group += _stores(e, r, n, cast(int, k), acc, names, outer, out_args,
-                                         element(n), nsym, V, nv, n_a, f"upd{sfx}", sfx)
+                                         element(n), nsym, V, n_a, f"upd{sfx}", sfx)
             insns += group
             prev = [i.id for i in group if i.id.startswith("keep")]
+
+    # the stores write disjoint entries of the outputs, which loopy cannot see in the C
+    # code of the vector stores: no ordering between them
+    stores = {i.id for i in insns if i.id.startswith(("store", "tail"))}
+    insns = [i.copy(no_sync_with=frozenset((o, "any") for o in stores - {i.id}))
+             if i.id in stores else i for i in insns]
 
     # }}}
 
@@ -296,7 +305,7 @@ def transposed_kernel(
 
 
 def _stores(e: BatchedEinsum, r: int, n: int, k: int, acc: str, names: dict[str, Any],
-            outer: list[str], out_args: dict[str, Any], elem: Any, nsym: Any, V: int, nv: int,
+            outer: list[str], out_args: dict[str, Any], elem: Any, nsym: Any, V: int,
             n_a: int, dep: str, sfx: str) -> list[Any]:
     """Vector *k* of element *n*'s output row: ``vstoreN`` if it is whole, else lane by
     lane (the lanes inside the row only); nothing for an element past the end."""
@@ -306,16 +315,16 @@ def _stores(e: BatchedEinsum, r: int, n: int, k: int, acc: str, names: dict[str,
     base = [elem if i == el else None if i == a else names[i] for i in e.out_indices]
     if V in cvec.WIDTHS and (k + 1) * V <= n_a:
         idx = [k * V if i == a else x for i, x in zip(e.out_indices, base, strict=True)]
-        return [cvec.vstore(out_args[out], idx, acc, nv * n + k, V, id=f"store{sfx}",
+        return [cvec.vstore(out_args[out], idx, acc, V, id=f"store{sfx}",
                             depends_on=frozenset({dep}), within=frozenset({"eb", *outer}),
                             predicates=frozenset({inside}))]
     lane = prim.Variable(f"sl{r}")
     ai = k * V + lane
     idx = [ai if i == a else x for i, x in zip(e.out_indices, base, strict=True)]
-    value = sub(acc, n, k, lane) if V > 1 else sub(acc, n, k, 0)
+    value = sub(acc, lane) if V > 1 else sub(acc, 0)
     guards = {inside} | ({prim.Comparison(ai, "<", n_a)} if (k + 1) * V > n_a else set())
     return [lp.Assignment(
-        sub(out, *idx), value, id=f"store{sfx}", depends_on=frozenset({dep}),
+        sub(out, *idx), value, id=f"tail{sfx}", depends_on=frozenset({dep}),
         predicates=frozenset(cast(Any, guards)),
         within_inames=frozenset({"eb", *outer, lane.name}))]
 

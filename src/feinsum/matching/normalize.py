@@ -109,6 +109,7 @@ def rename_kernel(knl: lp.LoopKernel, mapping: Mapping[str, str],
         return insn_ids.get(i, i)
 
     from loopy.kernel.array import ArrayBase
+    from loopy.kernel.instruction import CInstruction
 
     args = []
     for a in knl.args:
@@ -138,6 +139,9 @@ def rename_kernel(knl: lp.LoopKernel, mapping: Mapping[str, str],
             kw["id"] = ren_id(insn.id)
             kw["depends_on"] = frozenset(ren_id(d) for d in insn.depends_on)
             kw["no_sync_with"] = frozenset((ren_id(i), s) for i, s in insn.no_sync_with)
+        if isinstance(insn, CInstruction):  # its code names variables too
+            kw["code"] = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: ren(m.group(0)), insn.code)
+            kw["read_variables"] = frozenset(ren(v) for v in insn.read_variables)
         insns.append(insn.copy(**kw))
     inames = {ren(n): iname.copy(name=ren(n)) for n, iname in knl.inames.items()}
     priority = frozenset(tuple(ren(i) for i in p) for p in knl.loop_priority)
