@@ -219,8 +219,9 @@ def sweep(e: Any, run: Runner, device: Any, configs: list[tuple[Any, dict[str, A
 
     best: tuple[float, tuple[Any, dict[str, Any]] | None] = (np.inf, None)
     tried, seen = 0, set()
+    spaces = {r.name: r.space(e, device) for r, _ in configs}
     for recipe, cfg in configs:
-        space = recipe.space(e, device)
+        space = spaces[recipe.name]
         key = (recipe.name, space.canonical(cfg)) if space.is_valid(cfg) else None
         if key is None or key in seen:
             continue

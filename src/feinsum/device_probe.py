@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 ENV_VAR = "FEINSUM_PROBE_CACHE"
 #: Seconds the child may take (a cold PoCL build of the probe takes about one).
 TIMEOUT = 300
+#: The verdict of a probe that ran out of time: a busy machine's, so it is not cached.
+TIMED_OUT = f"building the probe kernels took over {TIMEOUT} s"
 
 # The child: argv = platform index, device index, expected device name. It prints "ok" or
 # the reason, and exits 0 only if every kernel built and computed what numpy computes.
@@ -126,7 +128,7 @@ def run_probe(device: cl.Device, platform_index: int, device_index: int) -> str 
              device.name.strip()],
             capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        return f"building the probe kernels took over {TIMEOUT} s"
+        return TIMED_OUT
     if proc.returncode == 0 and proc.stdout.strip().endswith("ok"):
         return None
     return _reason(proc)
@@ -142,6 +144,6 @@ def probe(device: cl.Device, platform_index: int, device_index: int) -> str | No
         if key in cached:
             return cached[key]
     verdict = run_probe(device, platform_index, device_index)
-    if path is not None and not (verdict or "").startswith("building the probe kernels took"):
+    if path is not None and verdict != TIMED_OUT:
         _write_cache(path, key, verdict)
     return verdict
