@@ -37,16 +37,18 @@ import numpy as np
 import pyopencl as cl
 
 p, d, name = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+scalar_only = sys.argv[4:] == ["scalar"]
 dev = cl.get_platforms()[p].get_devices()[d]
 if dev.name.strip() != name:
     print(f"device {p}:{d} is {dev.name.strip()!r} in a child process, not {name!r}")
     sys.exit(1)
-fp64 = "cl_khr_fp64" in dev.extensions
+fp64 = "cl_khr_fp64" in dev.extensions and not scalar_only
 src = """
 __kernel void scalar(__global float *a) { a[0] = exp(a[0]); }
+""" + ("" if scalar_only else """
 __kernel void vec_f(__global float16 *x) {
     int i = get_global_id(0); x[i] = fma(x[i], x[i], exp(x[i])); }
-""" + ("""
+""") + ("""
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 __kernel void vec_d(__global double8 *y) {
     int i = get_global_id(0); y[i] = fma(y[i], y[i], exp(y[i])); }
@@ -54,7 +56,8 @@ __kernel void vec_d(__global double8 *y) {
 ctx = cl.Context([dev])
 queue = cl.CommandQueue(ctx)
 prg = cl.Program(ctx, src).build()
-for kname, dt, n, tol in [("scalar", np.float32, 1, 1e-5), ("vec_f", np.float32, 64, 1e-5),
+for kname, dt, n, tol in [("scalar", np.float32, 1, 1e-5),
+                          *([] if scalar_only else [("vec_f", np.float32, 64, 1e-5)]),
                           *([("vec_d", np.float64, 32, 1e-12)] if fp64 else [])]:
     x = np.linspace(-1, 1, n * (1 if kname == "scalar" else (16 if dt == np.float32 else 8)),
                     dtype=dt)
@@ -85,8 +88,8 @@ def _cache_path() -> Path | None:
     return Path(platformdirs.user_cache_dir("feinsum")) / "device-probes.json"
 
 
-def _cache_key(device: cl.Device) -> str:
-    text = f"{_identity(device)}\n{_CHILD}"
+def _cache_key(device: cl.Device, scalar_only: bool = False) -> str:
+    text = f"{_identity(device)}\n{_CHILD}" + ("\nscalar" if scalar_only else "")
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -119,13 +122,14 @@ def _reason(proc: subprocess.CompletedProcess[str]) -> str:
     return line[:200] or f"the probe exited with status {proc.returncode}"
 
 
-def run_probe(device: cl.Device, platform_index: int, device_index: int) -> str | None:
-    """Build and run the probe kernels on *device* in a child process (no cache): ``None``
-    if it works, else why not."""
+def run_probe(device: cl.Device, platform_index: int, device_index: int,
+              scalar_only: bool = False) -> str | None:
+    """Build and run the probe kernels (*scalar_only*: the scalar one) on *device* in a
+    child process (no cache): ``None`` if it works, else why not."""
     try:
         proc = subprocess.run(
             [sys.executable, "-c", _CHILD, str(platform_index), str(device_index),
-             device.name.strip()],
+             device.name.strip(), *(["scalar"] if scalar_only else [])],
             capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return TIMED_OUT
@@ -134,16 +138,18 @@ def run_probe(device: cl.Device, platform_index: int, device_index: int) -> str 
     return _reason(proc)
 
 
-def probe(device: cl.Device, platform_index: int, device_index: int) -> str | None:
-    """``None`` if *device* builds and runs scalar and vector kernels, else why not; the
-    verdict of an earlier probe of the same device identity is reused."""
+def probe(device: cl.Device, platform_index: int, device_index: int,
+          scalar_only: bool = False) -> str | None:
+    """``None`` if *device* builds and runs scalar and vector kernels (*scalar_only*: a
+    scalar kernel), else why not; the verdict of an earlier probe of the same device
+    identity is reused."""
     path = _cache_path()
-    key = _cache_key(device)
+    key = _cache_key(device, scalar_only)
     if path is not None:
         cached = _read_cache(path)
         if key in cached:
             return cached[key]
-    verdict = run_probe(device, platform_index, device_index)
+    verdict = run_probe(device, platform_index, device_index, scalar_only)
     if path is not None and verdict != TIMED_OUT:
         _write_cache(path, key, verdict)
     return verdict

@@ -131,6 +131,42 @@ def usable_devices() -> list[cl.Device]:
     return [d for d, why in _all_devices() if why is None]
 
 
+def _indices(device: cl.Device) -> tuple[int, int]:
+    import pyopencl as cl
+
+    for pi, p in enumerate(cl.get_platforms()):
+        for di, d in enumerate(p.get_devices()):
+            if d == device:
+                return pi, di
+    raise DeviceError(f"the device {device.name.strip()!r} belongs to no OpenCL platform of "
+                      "this process")
+
+
+@functools.cache
+def vector_problem(device: cl.Device) -> str | None:
+    """Why *device* cannot build feinsum's vector code (``None``: it can), after the probe
+    (:mod:`feinsum.device_probe`, in a child process, since some drivers abort the process
+    that builds a kernel). A device that cannot build a scalar kernel either raises
+    :class:`~feinsum.DeviceError`: nothing feinsum makes could run there."""
+    from feinsum.device_probe import probe
+
+    for d, why in _all_devices():
+        if d == device:
+            full = why
+            break
+    else:
+        full = probe(device, *_indices(device))
+    if full is None:
+        return None
+    scalar = probe(device, *_indices(device), scalar_only=True)
+    if scalar is not None:
+        raise DeviceError(
+            f"the OpenCL device {device.name.strip()!r} cannot build and run a kernel "
+            f"({scalar}); choose another device (`feinsum devices` lists them) or install "
+            "a working driver (on CPUs, the system PoCL: apt-get install pocl-opencl-icd)")
+    return full
+
+
 def _from_ctx_string(spec: str) -> cl.Device:
     import pyopencl as cl
 

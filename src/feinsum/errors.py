@@ -55,6 +55,11 @@ class RecipeFailure(RecipeError):
     """A recipe raised while transforming a kernel; the original error is chained."""
 
 
+class MissingDependencyError(FeinsumError, ImportError):
+    """An optional package a feature needs is not installed; the message says which and
+    how to install it."""
+
+
 class DeviceError(FeinsumError):
     """No usable OpenCL device, or the requested one does not exist."""
 

@@ -362,6 +362,8 @@ def _factor_name(f: Factor) -> str:
 def _validate(e: BatchedEinsum) -> None:
     if not isinstance(e.in_indices, tuple) or not all(isinstance(t, tuple) for t in e.in_indices):
         raise SubscriptError("in_indices must be a tuple of tuples of index names")
+    if not e.in_indices:
+        raise SubscriptError("an einsum needs at least one operand")
     for c, idx in enumerate(e.in_indices):
         for i in idx:
             _check_identifier(i, f"operand {c}: an index")

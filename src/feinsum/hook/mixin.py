@@ -21,11 +21,13 @@ class FeinsumTransformMixin:
     Configure with class attributes or keyword arguments of ``__init__`` (the others go to
     the next class): ``feinsum_device`` (default: the device of ``self.queue`` if there is
     one, else the default device), ``feinsum_db``, ``feinsum_on_miss``, ``feinsum_budget``,
-    ``feinsum_lengths``, ``feinsum_on_busy`` — see :func:`feinsum.transform_program`.
+    ``feinsum_lengths``, ``feinsum_on_busy``, ``feinsum_schedule_all`` — see
+    :func:`feinsum.transform_program`.
 
-    A program in which feinsum transformed nothing goes to the next class's
+    A program in which feinsum changed nothing goes to the next class's
     ``transform_loopy_program`` (if any); ``feinsum_last_report`` holds the last
-    :class:`~feinsum.hook.HookReport`.
+    :class:`~feinsum.hook.HookReport`. :mod:`feinsum.arraycontext` has ready subclasses
+    of arraycontext's contexts.
     """
 
     feinsum_device: Any = None
@@ -34,18 +36,21 @@ class FeinsumTransformMixin:
     feinsum_budget: int | None = None
     feinsum_lengths: Mapping[str, int] | None = None
     feinsum_on_busy: str = "default"
+    #: give kernels without einsums the default parallel schedule too
+    feinsum_schedule_all: bool = False
     feinsum_last_report: HookReport | None = None
 
     def __init__(self, *args: Any, feinsum_device: Any = _UNSET, feinsum_db: Any = _UNSET,
                  feinsum_on_miss: Any = _UNSET, feinsum_budget: Any = _UNSET,
                  feinsum_lengths: Any = _UNSET, feinsum_on_busy: Any = _UNSET,
-                 **kwargs: Any) -> None:
+                 feinsum_schedule_all: Any = _UNSET, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for name, value in (("feinsum_device", feinsum_device), ("feinsum_db", feinsum_db),
                             ("feinsum_on_miss", feinsum_on_miss),
                             ("feinsum_budget", feinsum_budget),
                             ("feinsum_lengths", feinsum_lengths),
-                            ("feinsum_on_busy", feinsum_on_busy)):
+                            ("feinsum_on_busy", feinsum_on_busy),
+                            ("feinsum_schedule_all", feinsum_schedule_all)):
             if value is not _UNSET:
                 setattr(self, name, value)
 
@@ -55,16 +60,20 @@ class FeinsumTransformMixin:
         queue = getattr(self, "queue", None)
         return getattr(queue, "device", None)
 
+    def _feinsum_options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`feinsum.transform_program` this context uses."""
+        return {"device": self._feinsum_target_device(), "db": self.feinsum_db,
+                "on_miss": self.feinsum_on_miss, "budget": self.feinsum_budget,
+                "lengths": self.feinsum_lengths, "on_busy": self.feinsum_on_busy,
+                "schedule_all": self.feinsum_schedule_all}
+
     def transform_loopy_program(self, t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
         """*t_unit* with its einsums transformed (:func:`feinsum.transform_program`)."""
         from feinsum.hook.program import transform_program
 
-        new, report = transform_program(
-            t_unit, device=self._feinsum_target_device(), db=self.feinsum_db,
-            on_miss=self.feinsum_on_miss, budget=self.feinsum_budget,
-            lengths=self.feinsum_lengths, on_busy=self.feinsum_on_busy)
+        new, report = transform_program(t_unit, **self._feinsum_options())
         self.feinsum_last_report = report
-        if report.transformed == 0:
+        if not report.changed:
             parent = getattr(super(), "transform_loopy_program", None)
             if parent is not None:
                 try:

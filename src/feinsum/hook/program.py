@@ -8,20 +8,18 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from feinsum.errors import EinsumMatchError, FeinsumError, MissingRecordError, RecipeError
-from feinsum.hook.report import GroupReport, HookReport
+from feinsum.errors import EinsumMatchError, FeinsumError
+from feinsum.hook.planning import Options
+from feinsum.hook.report import GroupReport, HookReport, KernelReport
 
 if TYPE_CHECKING:
     import loopy as lp
 
-    from feinsum.database import Answer, Database
+    from feinsum.database import Database
     from feinsum.devices import DeviceInfo
-    from feinsum.matching import Match
-    from feinsum.recipes import Recipe
-    from feinsum.spec import BatchedEinsum
 
 ON_MISS = ("default", "tune", "skip", "error")
 ON_BUSY = ("default", "wait")
@@ -29,44 +27,25 @@ ON_BUSY = ("default", "wait")
 CACHE_SIZE = 256
 
 
-# {{{ options, device and database
-
-
-@dataclass(frozen=True)
-class _Options:
-    on_miss: str
-    on_busy: str
-    budget: int | None
-    time_limit: float | None
-    lengths: tuple[tuple[str, int], ...]
-    prefer: tuple[str, ...] | None
-    wait_timeout: float | None
+# {{{ device and database
 
 
 _DEVICE_INFO: dict[Any, DeviceInfo] = {}
 
 
-def _device(device: Any) -> tuple[DeviceInfo, Any]:
-    """(identity, pyopencl device or None when given a bare DeviceInfo)."""
-    from feinsum.devices import DeviceInfo, device_info, get_device
+def _device(device: Any) -> tuple[DeviceInfo, Any, str | None]:
+    """(identity, pyopencl device or None when given a bare DeviceInfo, why the device
+    cannot build vector code or None). A device that cannot build even scalar code
+    raises :class:`~feinsum.DeviceError`."""
+    from feinsum.devices import DeviceInfo, device_info, get_device, vector_problem
 
     if isinstance(device, DeviceInfo):
-        return device, None
+        return device, None, None
     dev = get_device(device)
     info = _DEVICE_INFO.get(dev)
     if info is None:
         info = _DEVICE_INFO[dev] = device_info(dev)
-    return info, dev
-
-
-def _cl_device(info: DeviceInfo) -> Any:
-    from feinsum.devices import all_devices, device_info
-    from feinsum.errors import DeviceError
-
-    for d, why in all_devices():
-        if why is None and device_info(d).key == info.key:
-            return d
-    raise DeviceError(f"tuning needs the device {info.name!r}, which is not present here")
+    return info, dev, vector_problem(dev)
 
 
 _DATABASES: dict[str, Database] = {}
@@ -110,8 +89,11 @@ def program_key(t_unit: lp.TranslationUnit) -> str:
 
 def clear_cache() -> None:
     """Forget every program the hook has seen in this process."""
+    from feinsum.hook.planning import clear_parts
+
     with _CACHE_LOCK:
         _CACHE.clear()
+    clear_parts()
 
 
 def _cache_get(key: tuple[Any, ...]) -> tuple[Any, HookReport] | None:
@@ -133,173 +115,30 @@ def _cache_put(key: tuple[Any, ...], value: tuple[Any, HookReport]) -> None:
 # }}}
 
 
-# {{{ one statement group
+def _checked(original: Any, t_unit: Any, groups: dict[str, list[GroupReport]],
+             kernels: dict[str, KernelReport]) -> Any:
+    """The transformed program, once loopy can schedule it; a changed kernel it cannot
+    schedule is put back as it was (its reports say why)."""
+    from feinsum.hook.kernels import reverted, schedule_problem
 
-
-class _Run:
-    """One uncached call: the state shared by the groups of the program."""
-
-    def __init__(self, info: DeviceInfo, dev: Any, db: Database | None, opts: _Options,
-                 recipe_path: Any) -> None:
-        from feinsum.measurement import UNTRANSFORMED, untransformed_version
-        from feinsum.recipes import recipes
-
-        self.info, self.dev, self.db, self.opts = info, dev, db, opts
-        self.recipes: list[Recipe] = recipes(recipe_path)
-        self.by_name = {r.name: r for r in self.recipes}
-        self.versions = {r.name: r.version for r in self.recipes}
-        self.versions[UNTRANSFORMED] = untransformed_version()
-        self.untransformed = UNTRANSFORMED
-        self.tuned = False
-
-    def best(self, e: BatchedEinsum) -> Answer:
-        from feinsum.canonical import canonical_key, canonical_lengths
-        from feinsum.database import Answer
-
-        if self.db is None:
-            return Answer("default", None, canonical_key(e), dict(canonical_lengths(e)))
-        return self.db.best(e, self.info, recipe_versions=self.versions)
-
-    def group(self, t_unit: Any, m: Match) -> tuple[Any, GroupReport]:
-        e = m.einsum
-        fixed = {k: v for k, v in self.opts.lengths if k in e.length_symbols}
-        e_at = e.with_lengths(fixed) if fixed else e
-        base = GroupReport(
-            kernel=m.kernel_name, insn_ids=m.all_insn_ids,
-            outputs=tuple(o for row in m.outputs for o in row), einsum=str(e),
-            canonical_key=m.canonical_key, action="skipped", rung="default")
-        answer = self.best(e_at)
-        action = "replayed"
-        notes: list[str] = []
-        if answer.is_default:
-            if self.opts.on_miss == "skip":
-                return t_unit, replace(base, note="no record (on_miss='skip')")
-            if self.opts.on_miss == "error":
-                dev = self.info.name
-                raise MissingRecordError(
-                    f"no record for {e} ({m.canonical_key}) in kernel {m.kernel_name!r} on "
-                    f"{dev!r}: tune it (`feinsum tune --kernel ...`, or on_miss='tune') or "
-                    "pass on_miss='default'")
-            if self.opts.on_miss == "tune":
-                answer, note, tuned_here = self.tune(e_at, m.canonical_key)
-                notes.append(note)
-                action = "tuned" if tuned_here else "replayed"
-        rec = answer.record
-        if not answer.is_default and rec is not None:
-            info: dict[str, Any] = {"rung": answer.rung, "recipe": rec.recipe_name,
-                    "recipe_version": rec.recipe_version, "params": dict(rec.params),
-                    "expected_gflops": rec.gflops, "record_id": rec.uid,
-                    "record_lengths": dict(rec.lengths)}
-            if rec.recipe_name == self.untransformed:
-                return t_unit, replace(base, action="untransformed",
-                                       note="; ".join(n for n in notes if n), **info)
-            recipe = self.by_name.get(rec.recipe_name)
-            if recipe is None:
-                notes.append(f"the record's recipe {rec.recipe_name!r} is not available")
-            else:
-                try:
-                    new = _apply(t_unit, m, recipe, rec.params, self.info)
-                    return new, replace(base, action=action,  # type: ignore[arg-type]
-                                        note="; ".join(n for n in notes if n), **info)
-                except (RecipeError, EinsumMatchError) as exc:
-                    notes.append(f"replaying {rec.recipe_name} {dict(rec.params)} failed: "
-                                 f"{exc}")
-        return self.default(t_unit, m, base, notes)
-
-    def default(self, t_unit: Any, m: Match, base: GroupReport, notes: list[str]
-                ) -> tuple[Any, GroupReport]:
-        from feinsum.hook.choice import default_choices
-
-        choices, why = default_choices(m.canonical, self.info, self.recipes, self.opts.prefer)
-        if not choices:
-            notes.append(f"no recipe applies ({why})")
-            return t_unit, replace(base, note="; ".join(n for n in notes if n))
-        for ch in choices:
-            try:
-                new = _apply(t_unit, m, ch.recipe, ch.params, self.info)
-            except (RecipeError, EinsumMatchError) as exc:
-                notes.append(f"default of {ch.recipe.name} failed: {exc}")
-                continue
-            # a default was never measured: make sure loopy can schedule what it made
-            problem = _schedule_problem(new, m.kernel_name)
-            if problem is not None:
-                notes.append(f"default of {ch.recipe.name} does not schedule: {problem}")
-                continue
-            return new, replace(base, action="default", recipe=ch.recipe.name,
-                                recipe_version=ch.recipe.version, params=ch.params,
-                                note="; ".join(n for n in notes if n))
-        return t_unit, replace(base, action="failed", note="; ".join(notes))
-
-    def tune(self, e: BatchedEinsum, key: str) -> tuple[Answer, str, bool]:
-        """Tune *e* unless another process does: the answer afterwards, a note, and whether
-        this process tuned."""
-        from feinsum.hook.locks import TuningLock, lock_directory
-
-        if self.db is None:
-            return self.best(e), "no database to record tuning in: used the default", False
-        if e.length_symbols:
-            return self.best(e), (f"tuning needs the lengths of {', '.join(e.length_symbols)}"
-                                  " (pass lengths={...}): used the default"), False
-        lock = TuningLock(lock_directory(self.db), key, self.info.key)
-        if not lock.acquire(wait=False):
-            if self.opts.on_busy == "wait" and lock.acquire(
-                    wait=True, timeout=self.opts.wait_timeout):
-                lock.release()
-                return self.best(e), "waited for another process to tune it", False
-            return self.best(e), "another process is tuning it: used the default", False
-        try:
-            again = self.best(e)
-            if not again.is_default:
-                return again, "tuned by another process", False
-            from feinsum.tuning import autotune
-
-            dev = self.dev if self.dev is not None else _cl_device(self.info)
-            autotune(e, device=dev, db=self.db, budget=self.opts.budget,
-                     time_limit=self.opts.time_limit, progress=False, peers=False)
-            self.tuned = True
-            return self.best(e), "", True
-        finally:
-            lock.release()
-
-
-def _schedule_problem(t_unit: Any, name: str) -> str | None:
-    """Why loopy cannot schedule kernel *name* (None if it can, or if the program cannot be
-    type-inferred yet, in which case its compiler will tell)."""
-    import loopy as lp
-    from loopy.schedule import generate_loop_schedules
-
-    try:
-        t = lp.preprocess_program(lp.infer_unknown_types(t_unit))
-        knl = t[name]
-    except Exception:  # not complete enough to check here
-        return None
-    try:
-        from loopy.check import pre_schedule_checks
-
-        pre_schedule_checks(t)
-        next(iter(generate_loop_schedules(knl, t.callables_table,
-                                          debug_args={"interactive": False})))
-    except Exception as exc:  # any loopy failure means: not usable
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
-    return None
-
-
-def _apply(t_unit: Any, m: Match, recipe: Recipe, params: Mapping[str, Any],
-           info: DeviceInfo) -> Any:
-    from feinsum.matching import apply_transform, find_einsums
-
-    try:
-        return apply_transform(t_unit, m, recipe, params, device=info)
-    except EinsumMatchError:
-        # an earlier replay in this kernel made the match stale: match again
-        fresh = [x for x in find_einsums(t_unit, kernel_name=m.kernel_name)
-                 if x.all_insn_ids == m.all_insn_ids]
-        if not fresh:
-            raise
-        return apply_transform(t_unit, fresh[0], recipe, params, device=info)
-
-
-# }}}
+    changed = [n for n, k in kernels.items() if k.action in ("transformed", "scheduled")]
+    if not changed:
+        return original
+    problem = schedule_problem(t_unit, changed)
+    if problem is None:
+        return t_unit
+    for name in changed:
+        own = schedule_problem(original.with_kernel(t_unit[name]), [name])
+        if own is not None:
+            groups[name], kernels[name] = reverted(groups[name], kernels[name], own)
+            t_unit = t_unit.with_kernel(original[name])
+    changed = [n for n, k in kernels.items() if k.action in ("transformed", "scheduled")]
+    problem = schedule_problem(t_unit, changed) if changed else None
+    if problem is None:
+        return t_unit
+    for name in changed:  # only together do they fail: keep none
+        groups[name], kernels[name] = reverted(groups[name], kernels[name], problem)
+    return original
 
 
 def kernel_names(t_unit: Any) -> list[str]:
@@ -324,17 +163,26 @@ def transform_program(
     time_limit: float | None = None,
     recipe_path: Any = None,
     cache: bool = True,
+    schedule_all: bool = False,
 ) -> tuple[lp.TranslationUnit, HookReport]:
     """Transform every batched einsum and kernel reduction of every kernel of *t_unit* by
     the best configuration the timing database records for it on *device*.
 
-    Per statement group (:func:`feinsum.find_einsums`), :func:`feinsum.best` walks the
-    fallback chain (exact -> nearest lengths -> same vendor) among records of the current
-    recipe versions, and the record's configuration is replayed
-    (:func:`feinsum.apply_transform`). Other statements and kernels are left as they are.
+    Each kernel is first prepared (:func:`feinsum.matching.prepare_kernel`: what array
+    compilers emit, rewritten exactly into what the matcher reads). Per statement group
+    (:func:`feinsum.find_einsums`), :func:`feinsum.best` walks the fallback chain (exact
+    -> nearest lengths -> same vendor) among records of the current recipe versions, and
+    the record's configuration is replayed. In a kernel where an einsum is transformed,
+    every other statement gets the default parallel schedule
+    (:mod:`feinsum.hook.schedule`); other kernels are left as they are (*schedule_all*:
+    scheduled too). loopy must schedule every changed kernel (one it cannot is kept as
+    it was); the report says what was done to each group and kernel.
 
     :arg device: a ``pyopencl.Device``, a device string, a
-        :class:`~feinsum.devices.DeviceInfo` or None (the default device).
+        :class:`~feinsum.devices.DeviceInfo` or None (the default device). A device is
+        probed first (:func:`feinsum.devices.vector_problem`): one that cannot build
+        vector code gets scalar code only; one that cannot build a kernel raises
+        :class:`~feinsum.DeviceError`.
     :arg db: a :class:`~feinsum.database.Database`, a path or URL, None (the default
         database) or False (no database: recipe defaults only).
     :arg on_miss: when no record exists: ``"default"`` applies the heuristic default of the
@@ -350,6 +198,7 @@ def transform_program(
     :arg prefer: recipe names in the order the ``"default"`` rung tries them.
     :arg cache: reuse the answer for a structurally equal program, device, options and
         database revision (a call then costs a hash and one revision read).
+    :arg schedule_all: give kernels without einsums the default schedule too.
 
     Returns the new translation unit and a :class:`~feinsum.hook.HookReport`.
     """
@@ -368,33 +217,42 @@ def transform_program(
         else:
             raise EinsumMatchError(f"expected a loopy TranslationUnit, got "
                                    f"{type(t_unit).__name__}")
-    opts = _Options(on_miss, on_busy, budget, time_limit,
-                    tuple(sorted((str(k), int(v)) for k, v in (lengths or {}).items())),
-                    None if prefer is None else tuple(prefer), wait_timeout)
-    info, dev = _device(device)
+    opts = Options(on_miss, on_busy, budget, time_limit,
+                   tuple(sorted((str(k), int(v)) for k, v in (lengths or {}).items())),
+                   None if prefer is None else tuple(prefer), wait_timeout)
+    info, dev, vector_problem = _device(device)
     database = _database(db)
     where = None if database is None else database.where
     revision = None if database is None else database.revision()
-    key = (program_key(t_unit), info.key, where, revision, opts, str(recipe_path))
+    key = (program_key(t_unit), info.key, vector_problem, where, revision, opts,
+           str(recipe_path), schedule_all)
     if cache:
         hit = _cache_get(key)
         if hit is not None:
             return hit[0], replace(hit[1], cached=True, seconds=time.perf_counter() - t0)
 
-    run = _Run(info, dev, database, opts, recipe_path)
-    names = kernel_names(t_unit)
-    groups: list[GroupReport] = []
-    from feinsum.matching import find_einsums
+    from feinsum.hook.kernels import transform_kernel
+    from feinsum.hook.planning import Planner
+    from feinsum.hook.schedule import default_schedule
 
+    planner = Planner(info, dev, database, opts, recipe_path, vector_problem)
+    schedule = default_schedule(planner.recipe_device)
+    names = kernel_names(t_unit)
+    original = t_unit
+    groups: dict[str, list[GroupReport]] = {}
+    kernels: dict[str, KernelReport] = {}
     for name in names:
-        for m in find_einsums(t_unit, kernel_name=name):
-            t_unit_new, g = run.group(t_unit, m)
-            t_unit = t_unit_new
-            groups.append(g)
-    report = HookReport(device=info.name, database=where, groups=tuple(groups),
-                        seconds=time.perf_counter() - t0, kernels=tuple(names))
+        t_unit, groups[name], kernels[name] = transform_kernel(
+            t_unit, name, planner, schedule, schedule_all)
+    t_unit = _checked(original, t_unit, groups, kernels)
+    note = "" if vector_problem is None else (
+        f"the device cannot build vector code ({vector_problem}): scalar code only")
+    report = HookReport(device=info.name, database=where,
+                        groups=tuple(g for name in names for g in groups[name]),
+                        seconds=time.perf_counter() - t0, kernels=tuple(names),
+                        kernel_reports=tuple(kernels[name] for name in names), note=note)
     if cache:
         _cache_put(key, (t_unit, report))
-        if run.tuned and database is not None:
-            _cache_put((*key[:3], database.revision(), *key[4:]), (t_unit, report))
+        if planner.tuned and database is not None:
+            _cache_put((*key[:4], database.revision(), *key[5:]), (t_unit, report))
     return t_unit, report

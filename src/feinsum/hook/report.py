@@ -50,6 +50,34 @@ class GroupReport:
 
 
 @dataclass(frozen=True)
+class KernelReport:
+    """One kernel of the program.
+
+    ``prepared``: the rewrites :func:`feinsum.matching.prepare_kernel` made before matching
+    (constant loop bounds, loops that run once, reductions moved out of elementwise
+    expressions...); ``rejected``: statement id -> why a statement with a reduction is
+    not an einsum feinsum can hold (it is left as it was); ``scheduled``: how many units
+    of other statements got the default parallel schedule; ``action``: ``"transformed"``
+    (einsums transformed), ``"scheduled"`` (no einsum, every statement given the default
+    schedule: ``schedule_all=True``), ``"unchanged"`` or ``"reverted"`` (the assembled
+    kernel failed a check: the kernel is kept as it was, ``note`` says why).
+    """
+
+    name: str
+    action: Literal["transformed", "scheduled", "unchanged", "reverted"]
+    prepared: tuple[str, ...] = ()
+    rejected: Mapping[str, str] = field(default_factory=dict)
+    scheduled: int = 0
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["rejected"] = dict(self.rejected)
+        d["prepared"] = list(self.prepared)
+        return d
+
+
+@dataclass(frozen=True)
 class HookReport:
     """The groups found in every kernel, in program order; ``cached``: this answer came from
     the hook's cache (the program, device and database revision were seen before)."""
@@ -60,26 +88,45 @@ class HookReport:
     cached: bool = False
     seconds: float = 0.0
     kernels: tuple[str, ...] = field(default=())
+    kernel_reports: tuple[KernelReport, ...] = field(default=())
+    note: str = ""
 
     @property
     def transformed(self) -> int:
         """How many groups were transformed."""
         return sum(g.transformed for g in self.groups)
 
+    @property
+    def changed(self) -> bool:
+        """Whether any kernel was changed (an einsum transformed, or statements given the
+        default schedule)."""
+        return any(k.action in ("transformed", "scheduled") for k in self.kernel_reports)
+
     def as_dict(self) -> dict[str, Any]:
         return {"device": self.device, "database": self.database, "cached": self.cached,
+                "note": self.note,
                 "seconds": self.seconds, "kernels": list(self.kernels),
-                "groups": [g.as_dict() for g in self.groups]}
+                "groups": [g.as_dict() for g in self.groups],
+                "kernel_reports": [k.as_dict() for k in self.kernel_reports]}
 
     def __str__(self) -> str:
         head = (f"feinsum hook on {self.device}: {len(self.groups)} einsum groups in "
                 f"{len(self.kernels)} kernels, {self.transformed} transformed"
                 + (" (cached)" if self.cached else ""))
-        lines = [head]
+        lines = [head] + ([f"  {self.note}"] if self.note else [])
         for g in self.groups:
             what = g.action if g.recipe is None else f"{g.action} {g.recipe}"
             speed = "" if g.expected_gflops is None else f", ~{g.expected_gflops:.3g} GFLOP/s"
             note = f" [{g.note}]" if g.note else ""
             lines.append(f"  {g.kernel}:{'+'.join(g.insn_ids)} {g.einsum}: {what} "
                          f"(rung {g.rung}{speed}){note}")
+        for k in self.kernel_reports:
+            if k.action == "reverted":
+                lines.append(f"  kernel {k.name}: reverted to the untransformed kernel "
+                             f"[{k.note}]")
+            if k.scheduled:
+                lines.append(f"  kernel {k.name}: {k.scheduled} units of other statements "
+                             "given the default parallel schedule")
+            for insn_id, why in k.rejected.items():
+                lines.append(f"  kernel {k.name}: statement {insn_id} not an einsum: {why}")
         return "\n".join(lines)

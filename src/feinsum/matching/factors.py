@@ -169,6 +169,7 @@ class _RowBuilder:
             name = expr.aggregate.name
             kind = kk.variable_kind(name)
             if kind in ("array", "temporary"):
+                expr = kk.squeeze(expr)
                 indices = _plain_indices(expr, kk, "access", spec_inames)
                 arr = kk.array(name)
                 self._check_access_lengths(arr, indices, expr)
@@ -275,6 +276,22 @@ class _RowBuilder:
     # }}}
 
 
+def _squeeze_accesses(expr: Any, kk: _Kernel) -> Any:
+    """*expr* with every access to an array with length-1 axes squeezed (kk.squeeze)."""
+    from loopy.symbolic import IdentityMapper
+
+    class Squeeze(IdentityMapper):  # type: ignore[misc]
+        def map_subscript(self, e: Any, *args: Any) -> Any:
+            e = super().map_subscript(e, *args)
+            if isinstance(e.aggregate, prim.Variable) and kk.variable_kind(
+                e.aggregate.name
+            ) in ("array", "temporary"):
+                return kk.squeeze(e)
+            return e
+
+    return Squeeze()(expr)
+
+
 def _shape_names(shape: Any) -> list[str]:
     if not shape:
         return []
@@ -298,6 +315,7 @@ class _GroupState:
         from feinsum.spec import Formula
 
         kk = self.kk
+        body = _squeeze_accesses(body, kk)
         arrays: dict[str, Array] = {}
         features: list[str] = []
         for e in _walk_all(body):

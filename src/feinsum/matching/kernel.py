@@ -233,13 +233,13 @@ class _Kernel:
                 )
         decl = self.args.get(name) or self.temps[name]
         shape = getattr(decl, "shape", None)
-        if shape is None:
+        if shape is None or not isinstance(shape, tuple):
             raise _Reject(f"array {name!r} has no known shape")
+        unit = self.unit_axes(name)
         lengths: list[Length] = []
         for k, n in enumerate(shape):
-            lengths.append(self._shape_length(name, k, n))
-        if getattr(decl, "offset", 0) not in (0, None):
-            raise _Reject(f"array {name!r} has an offset ({decl.offset}); feinsum needs offset 0")
+            if k not in unit:
+                lengths.append(self._shape_length(name, k, n))
         order = self._order(decl, name)
         dt = self.dtype_of(name)
         if dt is None:
@@ -251,6 +251,53 @@ class _Kernel:
             raise _Reject(f"array {name!r}: {exc}") from exc
         self._array_cache[name] = a
         return a
+
+    def unit_axes(self, name: str) -> tuple[int, ...]:
+        """The axes of length 1 of array *name*: the matcher sees the array without them
+        (an ``(E, 1)`` array as ``(E,)``), indexed by the constant 0 there."""
+        decl = self.args.get(name) or self.temps.get(name)
+        shape = getattr(decl, "shape", None)
+        if not isinstance(shape, tuple):
+            return ()
+        unit = tuple(k for k, n in enumerate(shape)
+                     if isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n == 1)
+        if unit and len(unit) == len(shape):
+            raise _Reject(f"array {name!r} of shape {shape} holds a single value; pass it as "
+                          "a scalar parameter (a ValueArg)")
+        return unit
+
+    def squeeze(self, sub: prim.Subscript) -> prim.Subscript:
+        """Access *sub* without the indices of its array's length-1 axes, which must be the
+        constant 0."""
+        name = sub.aggregate.name  # type: ignore[union-attr]
+        unit = self.unit_axes(name)
+        if not unit:
+            return sub
+        idx = sub.index_tuple
+        if len(idx) != len(self.shape_of(name)):
+            raise _Reject(f"{sub} uses {len(idx)} indices but {name!r} has rank "
+                          f"{len(self.shape_of(name))}")
+        for k in unit:
+            if not (_is_number(idx[k]) and idx[k] == 0):
+                raise _Reject(
+                    f"{sub}: axis {k} of {name!r} has length 1 and is indexed by {idx[k]}, not "
+                    "0 (loops that run once: feinsum.matching.prepare_kernel removes them)")
+        return prim.Subscript(sub.aggregate,
+                              tuple(i for k, i in enumerate(idx) if k not in unit))
+
+    def shape_of(self, name: str) -> tuple[Any, ...]:
+        decl = self.args.get(name) or self.temps.get(name)
+        shape = getattr(decl, "shape", None)
+        return shape if isinstance(shape, tuple) else ()
+
+    def squeezed_shape(self, name: str) -> tuple[Any, ...] | None:
+        """The declared shape of *name* without its length-1 axes (None if unknown)."""
+        decl = self.args.get(name) or self.temps.get(name)
+        shape = getattr(decl, "shape", None)
+        if not isinstance(shape, tuple):
+            return None
+        unit = self.unit_axes(name)
+        return tuple(n for k, n in enumerate(shape) if k not in unit)
 
     def scalar(self, name: str) -> Array:
         """A ValueArg as a 0-d array."""
@@ -284,11 +331,20 @@ class _Kernel:
         import loopy as lp
 
         shape = getattr(decl, "shape", ())
-        if len(shape) <= 1 or decl.dim_tags is None:
+        unit = self.unit_axes(name)
+        if len(shape) - len(unit) <= 1 or decl.dim_tags is None:
             return "C"
         for order in ("C", "F"):
             ref = lp.GlobalArg(name, shape=shape, order=order)
             if ref.dim_tags == decl.dim_tags:
+                return order
+        # a length-1 axis has no stride that matters: compare the others
+        strides = [getattr(t, "stride", None) for k, t in enumerate(decl.dim_tags or ())
+                   if k not in unit]
+        kept = tuple(n for k, n in enumerate(shape) if k not in unit)
+        for order in ("C", "F"):
+            ref = lp.GlobalArg(name, shape=kept, order=order)
+            if [getattr(t, "stride", None) for t in ref.dim_tags or ()] == strides:
                 return order
         raise _Reject(
             f"array {name!r} has strides {tuple(str(t) for t in decl.dim_tags)}, neither C nor F "

@@ -32,13 +32,15 @@ How factors are represented (see ``docs/compiler-guide.rst``):
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from feinsum.errors import EinsumMatchError
+from feinsum.errors import EinsumMatchError, FeinsumError
 from feinsum.matching.factors import _Factor, _GroupState
 from feinsum.matching.kernel import _insn_str, _Kernel, _Reject
 from feinsum.matching.model import Match
@@ -47,7 +49,7 @@ from feinsum.matching.statements import _accumulations, _Row, _statement_row
 if TYPE_CHECKING:
     import loopy as lp
 
-__all__ = ["Match", "find_einsums", "match_einsum"]
+__all__ = ["Match", "Survey", "find_einsums", "match_einsum", "survey_einsums"]
 
 
 # {{{ grouping rows into batched einsums
@@ -163,6 +165,8 @@ def _build_match(kk: _Kernel, state: _GroupState, rows: list[_Row]) -> Match:
                 raise _Reject(f"index output {row.outputs[1]!r} has dtype {it}; feinsum's "
                               f"{row.reduction} index is int32")
     sources = {f.name: state.sources.get(f.name) for f in e.formulas}
+    names = [a.name for a in e.arrays] + [o for r in rows for o in r.outputs]
+    squeezed = {n: kk.unit_axes(n) for n in names if kk.unit_axes(n)}
     return Match(
         einsum=e,
         kernel_name=kk.name,
@@ -170,6 +174,7 @@ def _build_match(kk: _Kernel, state: _GroupState, rows: list[_Row]) -> Match:
         outputs=tuple(r.outputs for r in rows),
         formula_sources=sources,
         arg_names=tuple(a.name for a in kk.knl.args),
+        squeezed=squeezed,
         _positions=tuple(r.position for r in rows),
     )
 
@@ -290,9 +295,54 @@ def find_einsums(t_unit: lp.TranslationUnit, *, kernel_name: str | None = None,
     :func:`match_einsum` to learn why). Statements that share their loop nest, their
     structure and an input become one batched einsum (rows in statement order).
     """
+    return survey_einsums(t_unit, kernel_name=kernel_name, dtypes=dtypes).matches
+
+
+@dataclass(frozen=True)
+class Survey:
+    """A kernel's einsums (:attr:`matches`, as :func:`find_einsums` returns them) and, for
+    every statement with a reduction that is in none of them, why not (:attr:`rejected`:
+    statement id -> reason, as :func:`match_einsum` gives it)."""
+
+    matches: list[Match]
+    rejected: dict[str, str]
+
+
+def survey_einsums(t_unit: lp.TranslationUnit, *, kernel_name: str | None = None,
+                   dtypes: Mapping[str, Any] | None = None) -> Survey:
+    """:func:`find_einsums` with the reasons for the reductions it leaves out."""
+    from loopy.symbolic import Reduction
+
+    from feinsum.matching.kernel import _walk_all
+
     knl = _get_kernel(t_unit, kernel_name)
-    matches, _, _ = _matches(knl, dtypes, lambda insn: True, _inferrer(t_unit, knl))
-    return [m for m in matches if _interesting(m)]
+    with _internal_errors(knl):
+        matches, errors, _ = _matches(knl, dtypes, lambda insn: True, _inferrer(t_unit, knl))
+        found = [m for m in matches if _interesting(m)]
+        claimed = {i for m in found for i in m.all_insn_ids}
+        rejected = {}
+        for insn in knl.instructions:
+            if insn.id in claimed or insn.id not in errors:
+                continue
+            expr = getattr(insn, "expression", None)
+            if expr is not None and any(isinstance(e, Reduction) for e in _walk_all(expr)):
+                rejected[insn.id] = errors[insn.id]
+    return Survey(found, rejected)
+
+
+@contextlib.contextmanager
+def _internal_errors(knl: Any) -> Iterator[None]:
+    """Anything but a FeinsumError escaping the analysis is a bug of the matcher's: say so,
+    as an EinsumMatchError, with the kernel named."""
+    try:
+        yield
+    except FeinsumError:
+        raise
+    except Exception as exc:
+        raise EinsumMatchError(
+            f"kernel {getattr(knl, 'name', '?')!r}: feinsum's matcher failed "
+            f"({type(exc).__name__}: {exc}); this is a bug: please report it with the "
+            "kernel") from exc
 
 
 def _interesting(m: Match) -> bool:
@@ -330,7 +380,8 @@ def match_einsum(t_unit: lp.TranslationUnit, *, within: Any = None,
                 f"kernel {knl.name!r}: no statement matches {within!r} (statements: "
                 f"{', '.join(i.id for i in knl.instructions)})"
             )
-    matches, errors, missing = _matches(knl, dtypes, selected, _inferrer(t_unit, knl))
+    with _internal_errors(knl):
+        matches, errors, missing = _matches(knl, dtypes, selected, _inferrer(t_unit, knl))
     if missing:
         raise _missing_dtype_error(_Kernel(knl, dtypes), missing)
     if within is not None:

@@ -32,6 +32,8 @@ class Match:
     :attr formula_sources: formula name -> the substitution rule it is (``None`` for a
         formula the matcher made from an inline expression or a constant).
     :attr arg_names: the kernel's argument names, in order.
+    :attr squeezed: kernel array -> its length-1 axes, which the einsum leaves out (the
+        kernel reads them at index 0).
 
     The name maps to the canonical specification (computed on first use):
     :attr:`canonical`, :attr:`isomorphism`, :attr:`to_canonical`,
@@ -44,6 +46,9 @@ class Match:
     outputs: tuple[tuple[str, ...], ...]
     formula_sources: Mapping[str, str | None] = field(default_factory=dict)
     arg_names: tuple[str, ...] = ()
+    #: kernel array -> the axes of length 1 the einsum does not see (an ``(E, 1)`` array
+    #: read as ``g[e, 0]`` is the einsum's ``(E,)`` array ``g``)
+    squeezed: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     #: per row, the position in the kernel's statement list of the statement that
     #: writes the output (used by replay to keep the program's order)
     _positions: tuple[int, ...] = ()

@@ -24,13 +24,14 @@ same generated code up to those names.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from feinsum.errors import EinsumMatchError, FeinsumError, RecipeFailure
 
 if TYPE_CHECKING:
     import loopy as lp
 
+    from feinsum.matching.assemble import Part
     from feinsum.matching.match import Match
 
 
@@ -92,12 +93,13 @@ def _check_current(t_unit: Any, match: Match) -> Any:
 
 
 def transformed_einsum(match: Match, recipe: Any, params: Mapping[str, Any], device: Any
-                       ) -> tuple[lp.LoopKernel, lp.TranslationUnit, lp.LoopKernel]:
-    """(the recipe's kernel with lengths fixed and substitution rules expanded, the recipe's
-    translation unit, the untransformed reference kernel), in canonical names."""
+                       ) -> Part:
+    """The recipe's kernel for the match's canonical einsum (lengths fixed, substitution
+    rules expanded, loop nests pinned) as a :class:`~feinsum.matching.assemble.Part`."""
     import loopy as lp
 
     from feinsum.lowering import KERNEL_NAME
+    from feinsum.matching.assemble import Part
     from feinsum.matching.normalize import normalized_t_unit
 
     ref = normalized_t_unit(match)
@@ -115,9 +117,10 @@ def transformed_einsum(match: Match, recipe: Any, params: Mapping[str, Any], dev
         raise RecipeFailure(f"the kernel recipe {name!r} made cannot take the kernel's fixed "
                             f"lengths {match.canonical_lengths}: {type(exc).__name__}: "
                             f"{exc}") from exc
-    tk = pin_loop_nests(result.with_kernel(tk) if tk.name in result.callables_table
-                        else result, tk)
-    return tk, result, ref[KERNEL_NAME]
+    tk, problem = pin_loop_nests(result.with_kernel(tk) if tk.name in result.callables_table
+                                 else result, tk)
+    extra = {k: v for k, v in result.callables_table.items() if k != KERNEL_NAME}
+    return Part(match, tk, ref[KERNEL_NAME], cast(Any, extra), problem)
 
 
 def loop_nests(t_unit: lp.TranslationUnit, name: str) -> set[tuple[str, ...]]:
@@ -138,96 +141,35 @@ def loop_nests(t_unit: lp.TranslationUnit, name: str) -> set[tuple[str, ...]]:
     return nests
 
 
-def pin_loop_nests(t_unit: lp.TranslationUnit, tk: lp.LoopKernel) -> lp.LoopKernel:
-    """*tk* with loop priorities that fix the loop nesting loopy chooses for it now.
+def pin_loop_nests(t_unit: lp.TranslationUnit, tk: lp.LoopKernel
+                   ) -> tuple[lp.LoopKernel, str | None]:
+    """*tk* with loop priorities that fix the loop nesting loopy chooses for it now, and
+    None; or *tk* unchanged and why loopy cannot schedule it.
 
     loopy breaks ties between loops by their names; the transformed einsum is scheduled
     here, in canonical names, and the nests are recorded as priorities, so that the
     kernel renamed to the user's names nests its loops in the same order."""
     try:
         nests = loop_nests(t_unit, tk.name)
-    except Exception:  # a kernel loopy cannot schedule without more information
-        return tk
+    except Exception as exc:  # any loopy failure: the kernel cannot be scheduled as it is
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        return tk, f"{type(exc).__name__}: {text}"[:300]
     inames = set(tk.all_inames())
     pins = {tuple(i for i in nest if i in inames) for nest in nests}
     pins = {p for p in pins if len(p) > 1}
-    return tk.copy(loop_priority=frozenset(tk.loop_priority | pins))
+    return tk.copy(loop_priority=frozenset(tk.loop_priority | pins)), None
 
 
-def _arg_declarations(tk: Any, user: Any, ref: Any, to_user: Mapping[str, str],
-                      fixed: Mapping[str, int]) -> list[Any]:
-    """The final argument list: the user's arguments in the user's order (their own
-    declarations where the recipe left the argument as the reference kernel had it,
-    with dtypes filled in), then arguments the recipe added."""
-    import loopy as lp
-    from loopy.types import NumpyType
-
-    t_args = {a.name: a for a in tk.args}
-    ref_args = {to_user.get(a.name, a.name): a for a in ref.args if a.name not in fixed}
-    result = []
-    for ua in user.args:
-        ta = t_args.pop(ua.name, None)
-        if ta is None:
-            result.append(ua)
-            continue
-        ra = ref_args.get(ua.name)
-        untouched = ra is not None and _same_layout(ra, ta, to_user, fixed)
-        if untouched and not isinstance(ua, lp.ValueArg):
-            chosen = ua
-            if not isinstance(ua.dtype, NumpyType):
-                chosen = ua.copy(dtype=ta.dtype)
-        elif isinstance(ua, lp.ValueArg):
-            chosen = ua if isinstance(ua.dtype, NumpyType) else ua.copy(dtype=ta.dtype)
-        else:
-            chosen = ta
-        result.append(chosen)
-    result.extend(t_args.values())
-    return result
-
-
-def _same_layout(ref_arg: Any, t_arg: Any, to_user: Mapping[str, str],
-                 fixed: Mapping[str, int]) -> bool:
-    """Whether the recipe left an argument's shape and strides as the reference had them."""
-    import loopy as lp
-    from pymbolic import var
-    from pymbolic.mapper.substitutor import SubstitutionMapper, make_subst_func
-
-    if isinstance(ref_arg, lp.ValueArg) or isinstance(t_arg, lp.ValueArg):
-        return isinstance(ref_arg, lp.ValueArg) and isinstance(t_arg, lp.ValueArg)
-    subst: dict[str, Any] = dict(fixed)
-    subst.update({k: var(v) for k, v in to_user.items() if k not in fixed})
-    smap = SubstitutionMapper(make_subst_func(subst))
-
-    def norm(x: Any) -> Any:
-        return None if x is None else tuple(smap(s) if not isinstance(s, int) else s for s in x)
-
-    try:
-        ref_shape = norm(ref_arg.shape)
-        ref_strides = norm(tuple(getattr(t, "stride", None) for t in ref_arg.dim_tags or ()))
-    except Exception:  # odd shapes: treat as changed
-        return False
-    t_strides = tuple(getattr(t, "stride", None) for t in t_arg.dim_tags or ())
-    return ref_shape == t_arg.shape and ref_strides == t_strides
-
-
-def _merge_callables(t_unit: Any, result: Any, knl: Any) -> Any:
-    """*t_unit* with kernel *knl* replaced and the recipe's extra callables added."""
-    from feinsum.lowering import KERNEL_NAME
-
+def merge_callables(t_unit: Any, knl: Any, parts: Any) -> Any:
+    """*t_unit* with kernel *knl* replaced and the callables the parts' recipes added."""
     t_unit = t_unit.with_kernel(knl)
-    extra = {k: v for k, v in result.callables_table.items()
-             if k != KERNEL_NAME and k not in t_unit.callables_table}
+    extra = {k: v for p in parts for k, v in p.callables.items()
+             if k not in t_unit.callables_table}
     if extra:
         table = dict(t_unit.callables_table)
         table.update(extra)
         t_unit = t_unit.copy(callables_table=type(t_unit.callables_table)(table))
     return t_unit
-
-
-def _merge_options(user: Any, tk: Any) -> Any:
-    opts = list(dict.fromkeys([*(user.options.build_options or []),
-                               *(tk.options.build_options or [])]))
-    return user.options.copy(build_options=opts)
 
 
 def apply_transform(t_unit: lp.TranslationUnit, match: Match, recipe: Any,
@@ -259,17 +201,12 @@ def apply_transform(t_unit: lp.TranslationUnit, match: Match, recipe: Any,
                     "memory; a transformed einsum may run on other work-items or as a device "
                     "kernel of its own, so make it a global temporary or an argument"
                 )
-    tk, result, ref = transformed_einsum(match, recipe, params, device)
-    matched = set(match.all_insn_ids)
-    rest = [insn for insn in user.instructions if insn.id not in matched]
-    try:
-        if rest:
-            from feinsum.matching.splice import splice
+    part = transformed_einsum(match, recipe, params, device)
+    from feinsum.matching.assemble import assemble
 
-            new = splice(user, tk, ref, match, rest)
-        else:
-            new = _replace(user, tk, ref, match)
-        return _merge_callables(t_unit, result, new)
+    try:
+        new = assemble(user, [part]).kernel
+        return merge_callables(t_unit, new, [part])
     except FeinsumError:
         raise
     except Exception as exc:
@@ -278,29 +215,6 @@ def apply_transform(t_unit: lp.TranslationUnit, match: Match, recipe: Any,
             f"the kernel recipe {name!r} made could not be put back into kernel "
             f"{user.name!r}: {type(exc).__name__}: {exc}"
         ) from exc
-
-
-def _replace(user: Any, tk: Any, ref: Any, match: Match) -> Any:
-    """The kernel is only the einsum: the transformed kernel, renamed to the user's names."""
-    from feinsum.matching.normalize import kernel_names, rename_kernel, resolve_names
-
-    to_user = {k: v for k, v in match.from_canonical.items()}
-    names = kernel_names(tk)
-    exact = {k: v for k, v in to_user.items() if k in names}
-    user_only = {a.name for a in user.args} - set(exact.values())
-    derive = set(tk.all_inames()) | set(tk.temporary_variables)
-    mapping = resolve_names(names, exact, user_only, derive, to_user)
-    tk = rename_kernel(tk, mapping)
-    # inputs that are global temporaries of the user's kernel stay temporaries
-    temps = dict(tk.temporary_variables)
-    for name, tv in user.temporary_variables.items():
-        if name in tk.arg_dict:
-            temps[name] = tv
-    tk = tk.copy(args=[a for a in tk.args if a.name not in user.temporary_variables],
-                 temporary_variables=temps)
-    args = _arg_declarations(tk, user, ref, to_user, match.canonical_lengths)
-    return tk.copy(name=user.name, args=args, options=_merge_options(user, tk),
-                   target=user.target)
 
 
 # vim: foldmethod=marker

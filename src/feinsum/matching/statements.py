@@ -70,6 +70,8 @@ def _out_indices(assignee: Any, kk: _Kernel) -> tuple[str, tuple[str, ...]]:
     if not (isinstance(assignee, prim.Subscript) and isinstance(assignee.aggregate, prim.Variable)):
         raise _Reject(f"the output {assignee} is not an array element")
     name = assignee.aggregate.name
+    if kk.variable_kind(name) in ("array", "temporary"):
+        assignee = kk.squeeze(assignee)
     idx = []
     for i in assignee.index_tuple:
         if not isinstance(i, prim.Variable) or i.name not in kk.inames:
@@ -90,7 +92,7 @@ def _check_output(kk: _Kernel, name: str, out_sub: tuple[str, ...], assignee: An
         raise _Reject(f"it writes {name!r}, which the kernel does not declare")
     if name in kk.value_args:
         raise _Reject(f"it writes the scalar parameter {name!r}")
-    shape = getattr(decl, "shape", None)
+    shape = kk.squeezed_shape(name)
     if shape is None:
         return
     if len(shape) != len(out_sub):

@@ -1,0 +1,128 @@
+"""Array contexts whose programs feinsum transforms: drop-in subclasses of arraycontext's.
+
+* :class:`FeinsumPytatoPyOpenCLArrayContext` (lazy): every loopy program pytato makes
+  (``actx.compile``, ``actx.freeze``) goes through :func:`feinsum.transform_program`:
+  its einsums get their best record (or a recipe's default) and every other statement
+  the default parallel schedule; programs with no einsum get the default schedule too.
+* :class:`FeinsumPyOpenCLArrayContext` (eager): ``actx.einsum`` is specialised to the
+  sizes, dtypes and layouts of its arguments (arraycontext would cache one program per
+  subscripts and call it with any sizes), transformed, and cached per such signature:
+  never a kernel specialised to the first call's sizes. Other programs go through the
+  hook, and to arraycontext's own transformation when the hook transforms nothing.
+
+``actx.feinsum_last_report`` is the :class:`~feinsum.hook.HookReport` of the last
+program either context transformed. Both need arraycontext and pytato (not on the
+package index in versions that work with loopy 2025.2: see docs/installation.rst).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from feinsum.errors import FeinsumError, MissingDependencyError
+from feinsum.hook.mixin import FeinsumTransformMixin
+
+try:
+    from arraycontext import PyOpenCLArrayContext, PytatoPyOpenCLArrayContext
+except ImportError as exc:  # pragma: no cover - exercised where arraycontext is absent
+    raise MissingDependencyError(
+        "feinsum.arraycontext needs the packages arraycontext and pytato (the versions on "
+        "the package index are too old for loopy 2025.2): install wheels built from their "
+        "repositories, as docs/installation.rst says") from exc
+
+
+class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArrayContext):
+    """arraycontext's :class:`~arraycontext.PytatoPyOpenCLArrayContext` with every
+    program transformed by feinsum (configure as :class:`~feinsum.FeinsumTransformMixin`
+    says, e.g. ``feinsum_db=...``, ``feinsum_lengths=...``)."""
+
+    feinsum_schedule_all = True
+
+
+class FeinsumPyOpenCLArrayContext(FeinsumTransformMixin, PyOpenCLArrayContext):
+    """arraycontext's :class:`~arraycontext.PyOpenCLArrayContext` whose ``einsum`` runs a
+    program feinsum transformed for the arguments' sizes, dtypes and layouts."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._feinsum_einsums: dict[Any, tuple[Any, Any]] = {}
+
+    def einsum(self, spec: str, *args: Any, arg_names: Sequence[str] | None = None,
+               tagged: Any = ()) -> Any:
+        """:meth:`arraycontext.ArrayContext.einsum`, transformed by feinsum for exactly
+        these argument sizes, dtypes and layouts (one cached program each)."""
+        import arraycontext.impl.pyopencl.taggable_cl_array as tga
+
+        names = tuple(arg_names) if arg_names is not None else tuple(
+            f"arg{i}" for i in range(len(args)))
+        if len(names) != len(args):
+            raise FeinsumError(f"einsum {spec!r}: {len(args)} arguments but {len(names)} "
+                               "arg_names")
+        orders = [_order(a) for a in args]
+        if None in orders:  # strided views: arraycontext's program takes any strides
+            return super().einsum(spec, *args, arg_names=names, tagged=tagged)
+        key = (spec, names, tuple(_signature(a) for a in args), _tag_key(tagged))
+        hit = self._feinsum_einsums.get(key)
+        if hit is None:
+            t_unit = _specialised(self._get_einsum_prg(spec, names, tagged), names, args,
+                                  orders)
+            from feinsum.hook.program import transform_program
+
+            new, report = transform_program(t_unit, **self._feinsum_options())
+            hit = (new.executor(self.context), report)
+            self._feinsum_einsums[key] = hit
+        executor, self.feinsum_last_report = hit
+        _, result = executor(self.queue, allocator=self.allocator,
+                             **dict(zip(names, args, strict=True)))
+        return self.tag(tagged, tga.to_tagged_cl_array(result["out"]))
+
+
+def _order(a: Any) -> str | None:
+    flags = getattr(a, "flags", None)
+    if flags is None or getattr(a, "ndim", 0) <= 1:
+        return "C"
+    if flags.c_contiguous:
+        return "C"
+    if flags.f_contiguous:
+        return "F"
+    return None
+
+
+def _signature(a: Any) -> tuple[Any, ...]:
+    return (tuple(a.shape), str(a.dtype), _order(a))
+
+
+def _tag_key(tagged: Any) -> Any:
+    try:
+        hash(tagged)
+        return tagged
+    except TypeError:
+        return repr(tagged)
+
+
+def _specialised(t_unit: Any, names: Sequence[str], args: Sequence[Any],
+                 orders: Sequence[str | None]) -> Any:
+    """arraycontext's einsum program with the arguments' dtypes, lengths and layouts."""
+    import loopy as lp
+
+    knl = t_unit.default_entrypoint
+    t_unit = lp.add_dtypes(t_unit, {n: a.dtype for n, a in zip(names, args, strict=True)})
+    lengths: dict[str, int] = {}
+    for n, a in zip(names, args, strict=True):
+        for dim, size in zip(knl.arg_dict[n].shape, a.shape, strict=True):
+            if hasattr(dim, "name") and lengths.setdefault(dim.name, int(size)) != int(size):
+                raise FeinsumError(
+                    f"einsum {knl.name!r}: index length {dim.name} is "
+                    f"{lengths[dim.name]} in one argument and {size} in {n!r}")
+    for n, a, order in zip(names, args, orders, strict=True):
+        rank = len(a.shape)
+        if rank:
+            tags = ",".join(f"N{rank - 1 - k}" if order == "C" else f"N{k}"
+                            for k in range(rank))
+            t_unit = lp.tag_array_axes(t_unit, n, tags)
+    out = knl.arg_dict["out"]
+    if len(out.shape):
+        t_unit = lp.tag_array_axes(
+            t_unit, "out", ",".join(f"N{len(out.shape) - 1 - k}" for k in range(len(out.shape))))
+    return lp.fix_parameters(t_unit, **lengths)  # type: ignore[arg-type]

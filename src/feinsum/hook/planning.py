@@ -1,0 +1,276 @@
+"""What the hook does with one matched einsum: the record to replay, else a recipe's default,
+as a transformed kernel ready to assemble (:class:`~feinsum.matching.assemble.Part`).
+
+Per group, in order (``docs/compiler-guide.rst``, "The hook"): the best record of the
+fallback chain, replayed; else (``on_miss``) tuning it now, skipping it, an error, or the
+heuristic default of each applicable recipe in preference order. A candidate is taken
+only if loopy can schedule the kernel it makes and, on a device that cannot build vector
+code (:func:`feinsum.devices.vector_problem`), only if that kernel is scalar. The
+transformed kernels (canonical names) are cached per process: a program that holds the
+same einsum many times, or is rebuilt, costs one recipe application per einsum shape.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from feinsum.errors import EinsumMatchError, MissingRecordError, RecipeError
+from feinsum.hook.report import GroupReport
+
+if TYPE_CHECKING:
+    from feinsum.database import Answer, Database
+    from feinsum.devices import DeviceInfo
+    from feinsum.matching import Match
+    from feinsum.matching.assemble import Part
+    from feinsum.recipes import Recipe
+    from feinsum.spec import BatchedEinsum
+
+#: Transformed einsums remembered per process (least recently used dropped first).
+PART_CACHE_SIZE = 1024
+
+
+@dataclass(frozen=True)
+class Options:
+    """The hook's options (see :func:`feinsum.transform_program`)."""
+
+    on_miss: str
+    on_busy: str
+    budget: int | None
+    time_limit: float | None
+    lengths: tuple[tuple[str, int], ...]
+    prefer: tuple[str, ...] | None
+    wait_timeout: float | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decision for one group: the part to put in place (None: leave the statements
+    as they are) and what the report says."""
+
+    part: Part | None
+    report: GroupReport
+
+
+# {{{ the cache of transformed einsums
+
+
+_PARTS: collections.OrderedDict[tuple[Any, ...], Part | str] = collections.OrderedDict()
+_PARTS_LOCK = threading.Lock()
+
+
+def clear_parts() -> None:
+    """Forget every transformed einsum built in this process."""
+    with _PARTS_LOCK:
+        _PARTS.clear()
+
+
+def _cached(key: tuple[Any, ...]) -> Part | str | None:
+    with _PARTS_LOCK:
+        hit = _PARTS.get(key)
+        if hit is not None:
+            _PARTS.move_to_end(key)
+        return hit
+
+
+def _remember(key: tuple[Any, ...], value: Part | str) -> None:
+    with _PARTS_LOCK:
+        _PARTS[key] = value
+        while len(_PARTS) > PART_CACHE_SIZE:
+            _PARTS.popitem(last=False)
+
+
+# }}}
+
+
+def has_vector_code(knl: Any) -> bool:
+    """Whether *knl* uses OpenCL vector types (``vec`` loops or axes, ``vloadN``)."""
+    from loopy.kernel.array import VectorArrayDimTag
+    from loopy.kernel.data import VectorizeTag
+    from loopy.kernel.instruction import CInstruction
+
+    if any(isinstance(t, VectorizeTag) for iname in knl.inames.values() for t in iname.tags):
+        return True
+    for decl in [*knl.args, *knl.temporary_variables.values()]:
+        if any(isinstance(t, VectorArrayDimTag) for t in getattr(decl, "dim_tags", None) or ()):
+            return True
+    return any(isinstance(i, CInstruction) and ("vload" in i.code or "vstore" in i.code)
+               for i in knl.instructions)
+
+
+class Planner:
+    """The state one :func:`feinsum.transform_program` call shares between its groups.
+
+    *recipe_device* is what recipes see: the device, or, where the probe found that it
+    cannot build vector code, the device with vector widths of 1 (*vector_problem* says
+    why)."""
+
+    def __init__(self, info: DeviceInfo, dev: Any, db: Database | None, opts: Options,
+                 recipe_path: Any, vector_problem: str | None = None) -> None:
+        from feinsum.measurement import UNTRANSFORMED, untransformed_version
+        from feinsum.recipes import recipes
+
+        self.info, self.dev, self.db, self.opts = info, dev, db, opts
+        self.vector_problem = vector_problem
+        self.recipe_device = info if vector_problem is None else replace(
+            info, native_vector_width_float=1, native_vector_width_double=1,
+            preferred_vector_width_float=1, preferred_vector_width_double=1)
+        self.recipes: list[Recipe] = recipes(recipe_path)
+        self.by_name = {r.name: r for r in self.recipes}
+        self.versions = {r.name: r.version for r in self.recipes}
+        self.versions[UNTRANSFORMED] = untransformed_version()
+        self.untransformed = UNTRANSFORMED
+        self.tuned = False
+
+    def best(self, e: BatchedEinsum) -> Answer:
+        from feinsum.canonical import canonical_key, canonical_lengths
+        from feinsum.database import Answer
+
+        if self.db is None:
+            return Answer("default", None, canonical_key(e), dict(canonical_lengths(e)))
+        return self.db.best(e, self.info, recipe_versions=self.versions)
+
+    # {{{ one candidate
+
+    def part(self, m: Match, recipe: Recipe, params: Mapping[str, Any]) -> Part | str:
+        """The transformed einsum for one configuration, or why there is none."""
+        from feinsum.recipes.parameters import canonical_json
+
+        key = (m.canonical_key, tuple(sorted(m.canonical_lengths.items())), recipe.name,
+               recipe.version, canonical_json(dict(params)), self.info.key,
+               self.vector_problem is None)
+        hit = _cached(key)
+        if hit is None:
+            hit = self._build(m, recipe, params)
+            _remember(key, hit)
+        return hit if isinstance(hit, str) else replace(hit, match=m)
+
+    def _build(self, m: Match, recipe: Recipe, params: Mapping[str, Any]) -> Part | str:
+        from feinsum.matching.replay import transformed_einsum
+
+        try:
+            part = transformed_einsum(m, recipe, params, self.recipe_device)
+        except (RecipeError, EinsumMatchError) as exc:
+            return str(exc)
+        if part.problem is not None:
+            return f"loopy cannot schedule it: {part.problem}"
+        if self.vector_problem is not None and has_vector_code(part.kernel):
+            return (f"it uses vector types, which the device cannot build "
+                    f"({self.vector_problem})")
+        return part
+
+    # }}}
+
+    def plan(self, m: Match) -> Plan:
+        """Decide what to do with group *m* (see the module docstring)."""
+        e = m.einsum
+        fixed = {k: v for k, v in self.opts.lengths if k in e.length_symbols}
+        e_at = e.with_lengths(fixed) if fixed else e
+        base = GroupReport(
+            kernel=m.kernel_name, insn_ids=m.all_insn_ids,
+            outputs=tuple(o for row in m.outputs for o in row), einsum=str(e),
+            canonical_key=m.canonical_key, action="skipped", rung="default")
+        answer = self.best(e_at)
+        action = "replayed"
+        notes: list[str] = []
+        if answer.is_default:
+            if self.opts.on_miss == "skip":
+                return Plan(None, replace(base, note="no record (on_miss='skip')"))
+            if self.opts.on_miss == "error":
+                raise MissingRecordError(
+                    f"no record for {e} ({m.canonical_key}) in kernel {m.kernel_name!r} on "
+                    f"{self.info.name!r}: tune it (`feinsum tune --kernel ...`, or "
+                    "on_miss='tune') or pass on_miss='default'")
+            if self.opts.on_miss == "tune":
+                answer, note, tuned_here = self.tune(e_at, m.canonical_key)
+                notes.append(note)
+                action = "tuned" if tuned_here else "replayed"
+        rec = answer.record
+        if not answer.is_default and rec is not None:
+            info: dict[str, Any] = {
+                "rung": answer.rung, "recipe": rec.recipe_name,
+                "recipe_version": rec.recipe_version, "params": dict(rec.params),
+                "expected_gflops": rec.gflops, "record_id": rec.uid,
+                "record_lengths": dict(rec.lengths)}
+            if rec.recipe_name == self.untransformed:
+                return Plan(None, replace(base, action="untransformed", note=_join(notes),
+                                          **info))
+            recipe = self.by_name.get(rec.recipe_name)
+            if recipe is None:
+                notes.append(f"the record's recipe {rec.recipe_name!r} is not available")
+            else:
+                part = self.part(m, recipe, rec.params)
+                if not isinstance(part, str):
+                    return Plan(part, replace(base, action=action,  # type: ignore[arg-type]
+                                              note=_join(notes), **info))
+                notes.append(f"replaying {rec.recipe_name} {dict(rec.params)} failed: {part}")
+        return self.default(m, base, notes)
+
+    def default(self, m: Match, base: GroupReport, notes: list[str]) -> Plan:
+        from feinsum.hook.choice import default_choices
+
+        choices, why = default_choices(m.canonical, self.recipe_device, self.recipes,
+                                       self.opts.prefer)
+        if not choices:
+            notes.append(f"no recipe applies ({why})")
+            return Plan(None, replace(base, note=_join(notes)))
+        for ch in choices:
+            part = self.part(m, ch.recipe, ch.params)
+            if isinstance(part, str):
+                notes.append(f"default of {ch.recipe.name} failed: {part}")
+                continue
+            return Plan(part, replace(base, action="default", recipe=ch.recipe.name,
+                                      recipe_version=ch.recipe.version, params=ch.params,
+                                      note=_join(notes)))
+        return Plan(None, replace(base, action="failed", note=_join(notes)))
+
+    def tune(self, e: BatchedEinsum, key: str) -> tuple[Answer, str, bool]:
+        """Tune *e* unless another process does: the answer afterwards, a note, and whether
+        this process tuned."""
+        from feinsum.hook.locks import TuningLock, lock_directory
+
+        if self.db is None:
+            return self.best(e), "no database to record tuning in: used the default", False
+        if e.length_symbols:
+            return self.best(e), (f"tuning needs the lengths of {', '.join(e.length_symbols)}"
+                                  " (pass lengths={...}): used the default"), False
+        lock = TuningLock(lock_directory(self.db), key, self.info.key)
+        if not lock.acquire(wait=False):
+            if self.opts.on_busy == "wait" and lock.acquire(
+                    wait=True, timeout=self.opts.wait_timeout):
+                lock.release()
+                return self.best(e), "waited for another process to tune it", False
+            return self.best(e), "another process is tuning it: used the default", False
+        try:
+            again = self.best(e)
+            if not again.is_default:
+                return again, "tuned by another process", False
+            from feinsum.tuning import autotune
+
+            dev = self.dev if self.dev is not None else _cl_device(self.info)
+            autotune(e, device=dev, db=self.db, budget=self.opts.budget,
+                     time_limit=self.opts.time_limit, progress=False, peers=False)
+            self.tuned = True
+            return self.best(e), "", True
+        finally:
+            lock.release()
+
+
+def _cl_device(info: DeviceInfo) -> Any:
+    from feinsum.devices import all_devices, device_info
+    from feinsum.errors import DeviceError
+
+    for d, why in all_devices():
+        if why is None and device_info(d).key == info.key:
+            return d
+    raise DeviceError(f"tuning needs the device {info.name!r}, which is not present here")
+
+
+def _join(notes: list[str]) -> str:
+    return "; ".join(n for n in notes if n)
+
+
+# vim: foldmethod=marker

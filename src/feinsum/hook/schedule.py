@@ -1,0 +1,157 @@
+"""The default parallel schedule the hook gives the statements that are not einsums.
+
+When the hook transforms a program it owns the whole kernel: the einsums get their
+recipes, and every other unit of statements (consecutive statements with the same loops,
+see :mod:`feinsum.matching.assemble`) gets the schedule this module makes, so that no
+statement is left to run on one work-item:
+
+* on a CPU, the longest loop (the element loop of a DG program) is cut into as many
+  chunks as keep every core busy several times over (``CHUNKS_PER_CORE`` a core; 256
+  entries a chunk when its length is only known at run time), a work-group a chunk; the
+  other loops stay loops inside it, the contiguous one innermost, which the OpenCL
+  compiler vectorises;
+* on a GPU, the output's contiguous loop goes to ``GPU_LANES`` work-items of a group
+  (coalesced) when it is at least that long, the longest other loop to the groups;
+  otherwise the longest loop goes to work-items and groups.
+
+Loops the unit shares with other statements are first duplicated for it, so that the
+schedule of one unit never changes another's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import pymbolic.primitives as prim
+
+if TYPE_CHECKING:
+    import loopy as lp
+
+    from feinsum.devices import DeviceInfo
+    from feinsum.matching.assemble import Schedule
+
+#: Work-groups a CPU core gets (load balance against launch cost).
+CHUNKS_PER_CORE = 8
+#: Entries a CPU work-group takes along a loop whose length is a run-time parameter.
+SYMBOLIC_CHUNK = 256
+#: Work-items along the contiguous loop on a GPU.
+GPU_LANES = 64
+#: What a length known only at run time counts as when loops are compared.
+_LONG = 1 << 40
+
+
+def default_schedule(device: DeviceInfo) -> Schedule:
+    """``schedule(kernel, statement_ids) -> kernel`` for :func:`~feinsum.matching.assemble.
+    assemble` on *device*."""
+    def schedule(knl: lp.LoopKernel, insn_ids: frozenset[str]) -> lp.LoopKernel:
+        return schedule_unit(knl, insn_ids, device)
+
+    return schedule
+
+
+def schedule_unit(knl: lp.LoopKernel, insn_ids: frozenset[str], device: DeviceInfo
+                  ) -> lp.LoopKernel:
+    """*knl* with the statements *insn_ids* (one loop nest) spread over work-groups (and
+    work-items on GPUs); unchanged when they run in no loop."""
+    import loopy as lp
+
+    insns = [knl.id_to_insn[i] for i in sorted(insn_ids)]
+    loops = set().union(*(set(i.within_inames) for i in insns))
+    if not loops:
+        return knl
+    knl = _own_loops(knl, insn_ids, loops)
+    insns = [knl.id_to_insn[i] for i in sorted(insn_ids)]
+    loops = set().union(*(set(i.within_inames) for i in insns))
+    extents = {i: _extent(knl, i) for i in loops}
+    if any(x is None for x in extents.values()):
+        return knl  # a loop that does not start at 0 or depends on another: leave it
+    order = _output_order(insns, loops)
+    size = {i: (x if isinstance(x, int) else _LONG) for i, x in extents.items()}
+
+    def longest(candidates: Iterable[str]) -> str | None:
+        cands = list(candidates)
+        if not cands:
+            return None
+        return max(cands, key=lambda i: (size[i], -order.index(i) if i in order else -99))
+
+    within = " or ".join(f"id:{i}" for i in sorted(insn_ids))
+    if device.is_cpu:
+        outer = longest(loops)
+        if outer is None or size[outer] <= 1:
+            return knl
+        n = extents[outer]
+        chunk = (SYMBOLIC_CHUNK if not isinstance(n, int)
+                 else max(1, math.ceil(n / (CHUNKS_PER_CORE * max(1, device.compute_units)))))
+        if chunk == 1:
+            return lp.tag_inames(knl, {outer: "g.0"})
+        return lp.split_iname(knl, outer, chunk, outer_tag="g.0", within=within)
+    contiguous = _contiguous(knl, insns, loops)
+    lanes = min(GPU_LANES, device.max_work_group_size)
+    if contiguous is not None and size[contiguous] >= lanes:
+        knl = lp.split_iname(knl, contiguous, lanes, outer_tag="g.0", inner_tag="l.0",
+                             within=within)
+        other = longest(loops - {contiguous})
+        if other is not None and size[other] > 1:
+            knl = lp.tag_inames(knl, {other: "g.1"})
+        return knl
+    outer = longest(loops)
+    if outer is None or size[outer] <= 1:
+        return knl
+    return lp.split_iname(knl, outer, lanes, outer_tag="g.0", inner_tag="l.0", within=within)
+
+
+def _own_loops(knl: lp.LoopKernel, insn_ids: frozenset[str], loops: set[str]) -> lp.LoopKernel:
+    """*knl* with every loop of *loops* that statements outside *insn_ids* also use
+    duplicated for *insn_ids*."""
+    import loopy as lp
+
+    shared = sorted(i for i in loops if any(
+        i in insn.within_inames or i in insn.reduction_inames()
+        for insn in knl.instructions if insn.id not in insn_ids))
+    if not shared:
+        return knl
+    within = " or ".join(f"id:{i}" for i in sorted(insn_ids))
+    return lp.duplicate_inames(knl, shared, within=within)  # type: ignore[no-any-return]
+
+
+def _extent(knl: lp.LoopKernel, iname: str) -> Any | None:
+    from feinsum.matching.split import loop_extent
+
+    return loop_extent(knl, iname)
+
+
+def _contiguous(knl: lp.LoopKernel, insns: list[Any], loops: set[str]) -> str | None:
+    """The loop that indexes the stride-1 axis of the first statement's output."""
+    for insn in insns:
+        assignee = getattr(insn, "assignee", None)
+        if not (isinstance(assignee, prim.Subscript)
+                and isinstance(assignee.aggregate, prim.Variable)):
+            continue
+        decl = knl.arg_dict.get(assignee.aggregate.name) or knl.temporary_variables.get(
+            assignee.aggregate.name)
+        for idx, tag in zip(assignee.index_tuple, getattr(decl, "dim_tags", None) or (),
+                            strict=False):
+            if getattr(tag, "stride", None) == 1 and isinstance(idx, prim.Variable) and (
+                idx.name in loops
+            ):
+                return idx.name
+        break
+    return None
+
+
+def _output_order(insns: list[Any], loops: set[str]) -> list[str]:
+    """The loops in the order the first statement's output is indexed by them (slowest
+    first), then the others by name."""
+    order: list[str] = []
+    for insn in insns:
+        assignee = getattr(insn, "assignee", None)
+        if isinstance(assignee, prim.Subscript):
+            order = [i.name for i in assignee.index_tuple
+                     if isinstance(i, prim.Variable) and i.name in loops]
+            break
+    return order + sorted(loops - set(order))
+
+
+# vim: foldmethod=marker
