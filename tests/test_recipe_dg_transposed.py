@@ -113,11 +113,18 @@ def test_constraint_violations_are_rejected(cl_device):  # type: ignore[no-untyp
         r.check({**base, "acc1": 3}, e, cl_device)
     big = fs.einsum("ij,ej->ei", fs.array("D", (128, 128)), fs.array("u", ("E", 128)))
     eb = canonicalize(big)
-    assert r.applies(eb, cl_device) is None
     import dataclasses
 
     from feinsum.recipes.recipe import as_device_info
 
-    small_local = dataclasses.replace(as_device_info(cl_device), local_mem_size=32 << 10)
+    # 128-entry rows fit the registers of a CPU with 8 doubles a vector (AVX-512) ...
+    wide = dataclasses.replace(as_device_info(cl_device), native_vector_width_double=8,
+                               native_vector_width_float=16)
+    assert r.applies(eb, wide) is None
+    small_local = dataclasses.replace(wide, local_mem_size=32 << 10)
     with pytest.raises(InvalidConfigurationError, match="local_memory"):
-        r.check({**r.default(eb, cl_device)}, eb, small_local)
+        r.check({**r.default(eb, wide)}, eb, small_local)
+    # ... not those of one with 4 (AVX2), nor a device that cannot build vector code
+    for lanes in (4, 1):
+        narrow = dataclasses.replace(wide, native_vector_width_double=lanes)
+        assert "vector accumulators" in (r.applies(eb, narrow) or "")

@@ -35,6 +35,20 @@ def _lasts(e: Any) -> list[int | None]:
             and tt.transposed_reason(e, td.element_stages(e, c)) is None]
 
 
+def _native(e: Any, device: Any) -> int:
+    return max(1, int((device.native_vector_width_double if _itemsize(e) == 8 else
+                       device.native_vector_width_float) or 1))
+
+
+def _vecs(e: Any, device: Any) -> list[int]:
+    return [v for v in VEC if v <= 2 * _native(e, device)]
+
+
+def _registers(e: Any, vec: int, elements: int, native: int) -> int:
+    """Vector registers the accumulators of a work-item take."""
+    return tt.accumulator_vectors(e, vec, elements) * max(1, vec // native)
+
+
 def _applies(e: Any, device: Any) -> str | None:
     why = tt.transposed_reason(e)
     if why is not None:
@@ -45,25 +59,28 @@ def _applies(e: Any, device: Any) -> str | None:
     if staged > device.local_mem_size:
         return (f"the operator takes {staged >> 10} KiB of local memory, the device has "
                 f"{device.local_mem_size >> 10} KiB")
+    accs = ACC_CPU if device.is_cpu else ACC_GPU
+    fewest = min(_registers(e, v, 1, _native(e, device)) for v in _vecs(e, device))
+    if fewest > accs:
+        return (f"an output row takes at least {fewest} vector accumulators at this device's "
+                f"vector width, more than the {accs} registers")
     return None
 
 
 def _space(e: Any, device: Any) -> rc.ParameterSpace:
     maxwg = min(device.max_work_group_size, device.max_work_item_sizes[0])
-    native = device.native_vector_width_double if _itemsize(e) == 8 else (
-        device.native_vector_width_float)
-    lanes = max(2 * int(native or 1), 1)
+    native = _native(e, device)
     accs = ACC_CPU if device.is_cpu else ACC_GPU
     private = PRIVATE_CPU if device.is_cpu else PRIVATE_GPU
     return rc.ParameterSpace(
-        {"last": rc.Choice(_lasts(e)), "vec": rc.Choice([v for v in VEC if v <= lanes]),
+        {"last": rc.Choice(_lasts(e)), "vec": rc.Choice(_vecs(e, device)),
          "work_items": rc.PowersOfTwo(1, min(256, maxwg)), "elements": rc.IntRange(1, 4),
          "blocks": rc.PowersOfTwo(1, 512), "unroll": rc.Choice([1, 4, 16, 64]),
          "fast_math": rc.Boolean()},
         [rc.at_most("work_group_size", lambda p: p["work_items"], maxwg,
                     "work_items <= max_work_group_size"),
-         rc.at_most("registers", lambda p: tt.accumulator_vectors(e, p["vec"], p["elements"])
-                    * max(1, p["vec"] // max(1, native)), accs,
+         rc.at_most("registers", lambda p: _registers(e, p["vec"], p["elements"], native),
+                    accs,
                     f"vector accumulators (elements x vectors per row) <= {accs}"),
          rc.at_most("local_memory", lambda p: tt.staged_entries(e, p["vec"]) * _itemsize(e),
                     device.local_mem_size, "staged operator <= local_mem_size"),
@@ -82,9 +99,7 @@ def _private(e: Any, p: dict[str, Any]) -> int:
 def _default(e: Any, device: Any) -> dict[str, Any]:
     lasts = _lasts(e)
     last = min(lasts, key=lambda c: td.stage_flops(e, td.element_stages(e, c)))
-    native = device.native_vector_width_double if _itemsize(e) == 8 else (
-        device.native_vector_width_float)
-    vec = max(1, min(16, int(native or 1))) if device.is_cpu else 1
+    vec = min(16, _native(e, device)) if device.is_cpu else 1
     cfg = {"last": last, "vec": vec, "work_items": 1 if device.is_cpu else 64,
            "elements": 2, "blocks": 128 if device.is_cpu else 1, "unroll": 4,
            "fast_math": False}

@@ -167,6 +167,31 @@ def vector_problem(device: cl.Device) -> str | None:
     return full
 
 
+def has_vector_code(knl: Any) -> bool:
+    """Whether loopy kernel *knl* uses OpenCL vector types (``vec`` loops or axes,
+    ``vloadN``/``vstoreN``): code a device with a :func:`vector_problem` cannot build."""
+    from loopy.kernel.array import VectorArrayDimTag
+    from loopy.kernel.data import VectorizeTag
+    from loopy.kernel.instruction import CInstruction
+
+    if any(isinstance(t, VectorizeTag) for iname in knl.inames.values() for t in iname.tags):
+        return True
+    for decl in [*knl.args, *knl.temporary_variables.values()]:
+        if any(isinstance(t, VectorArrayDimTag) for t in getattr(decl, "dim_tags", None) or ()):
+            return True
+    return any(isinstance(i, CInstruction) and ("vload" in i.code or "vstore" in i.code)
+               for i in knl.instructions)
+
+
+def scalar_view(info: DeviceInfo) -> DeviceInfo:
+    """*info* as recipes should see a device that cannot build vector code: vector widths
+    of 1 (the identity, ``info.key``, is unchanged)."""
+    from dataclasses import replace
+
+    return replace(info, native_vector_width_float=1, native_vector_width_double=1,
+                   preferred_vector_width_float=1, preferred_vector_width_double=1)
+
+
 def _from_ctx_string(spec: str) -> cl.Device:
     import pyopencl as cl
 

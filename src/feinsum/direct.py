@@ -127,17 +127,28 @@ def _database(db: Any) -> Database | None:
         return found
 
 
-def _device(device: Any) -> tuple[Any, DeviceInfo]:
-    from feinsum.devices import DeviceInfo, all_devices, device_info, get_device
+def _device(device: Any) -> tuple[Any, DeviceInfo, str | None]:
+    """(pyopencl device, its identity as recipes see it, why it cannot build vector code
+    or None)."""
+    from feinsum.devices import (
+        DeviceInfo,
+        all_devices,
+        device_info,
+        get_device,
+        scalar_view,
+        vector_problem,
+    )
 
     if isinstance(device, DeviceInfo):
         for d, why in all_devices():
             if why is None and device_info(d).key == device.key:
-                return d, device
+                return d, device, None
         raise DeviceError(f"the device {device.name!r} is not present here; pass one that "
                           "`feinsum devices` lists")
     dev = get_device(device)
-    return dev, device_info(dev)
+    problem = vector_problem(dev)
+    info = device_info(dev)
+    return dev, info if problem is None else scalar_view(info), problem
 
 
 # }}}
@@ -169,7 +180,7 @@ class CompiledEinsum:
         self._arrays = dict(iso.arrays)       # user array name -> canonical name
         self._symbols = dict(iso.lengths)     # user length symbol -> canonical symbol
         self._rows = iso.rows                 # user row -> canonical row
-        self._cl_device, self.device = _device(device)
+        self._cl_device, self.device, self._vector_problem = _device(device)
         self._db = _database(db)
         self._recipes = {r.name: r for r in recipes()}
         from feinsum.measurement import UNTRANSFORMED
@@ -325,6 +336,14 @@ class CompiledEinsum:
         recipe = self._recipe_of(choice)
         if recipe is not None:
             t_unit = recipe.apply(t_unit, choice.params, self.canonical, self.device)
+        if self._vector_problem is not None:
+            from feinsum.devices import has_vector_code
+            from feinsum.lowering import KERNEL_NAME
+
+            if has_vector_code(t_unit[KERNEL_NAME]):
+                raise RecipeFailure(
+                    f"{choice.recipe} {dict(choice.params)} uses vector types, which "
+                    f"{self.device.name!r} cannot build ({self._vector_problem})")
         ex = lp.set_options(t_unit, return_dict=True).executor(ctx)
         with _LOCK:
             _STATS["builds"] += 1

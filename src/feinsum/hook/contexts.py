@@ -35,9 +35,26 @@ except ImportError as exc:  # pragma: no cover - exercised where arraycontext is
 class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArrayContext):
     """arraycontext's :class:`~arraycontext.PytatoPyOpenCLArrayContext` with every
     program transformed by feinsum (configure as :class:`~feinsum.FeinsumTransformMixin`
-    says, e.g. ``feinsum_db=...``, ``feinsum_lengths=...``)."""
+    says, e.g. ``feinsum_db=...``, ``feinsum_lengths=...``).
+
+    On PoCL, when no allocator is given, arrays are allocated from a pool of OpenCL
+    buffers rather than as shared virtual memory: loopy's invoker releases a program's
+    global temporaries as soon as its kernels are enqueued, and with PoCL's SVM that
+    corrupted the heap of programs whose kernels were still running (pytato's own
+    programs with temporaries too, one run in four here)."""
 
     feinsum_schedule_all = True
+
+    def __init__(self, queue: Any, allocator: Any = None, *args: Any, **kwargs: Any) -> None:
+        if allocator is None and kwargs.get("use_memory_pool") is None and _pocl(queue):
+            import pyopencl.tools as clt
+
+            allocator = clt.MemoryPool(clt.ImmediateAllocator(queue))
+        super().__init__(queue, allocator, *args, **kwargs)
+
+
+def _pocl(queue: Any) -> bool:
+    return "Portable Computing Language" in queue.device.platform.name
 
 
 class FeinsumPyOpenCLArrayContext(FeinsumTransformMixin, PyOpenCLArrayContext):

@@ -86,21 +86,6 @@ def _remember(key: tuple[Any, ...], value: Part | str) -> None:
 # }}}
 
 
-def has_vector_code(knl: Any) -> bool:
-    """Whether *knl* uses OpenCL vector types (``vec`` loops or axes, ``vloadN``)."""
-    from loopy.kernel.array import VectorArrayDimTag
-    from loopy.kernel.data import VectorizeTag
-    from loopy.kernel.instruction import CInstruction
-
-    if any(isinstance(t, VectorizeTag) for iname in knl.inames.values() for t in iname.tags):
-        return True
-    for decl in [*knl.args, *knl.temporary_variables.values()]:
-        if any(isinstance(t, VectorArrayDimTag) for t in getattr(decl, "dim_tags", None) or ()):
-            return True
-    return any(isinstance(i, CInstruction) and ("vload" in i.code or "vstore" in i.code)
-               for i in knl.instructions)
-
-
 class Planner:
     """The state one :func:`feinsum.transform_program` call shares between its groups.
 
@@ -115,9 +100,9 @@ class Planner:
 
         self.info, self.dev, self.db, self.opts = info, dev, db, opts
         self.vector_problem = vector_problem
-        self.recipe_device = info if vector_problem is None else replace(
-            info, native_vector_width_float=1, native_vector_width_double=1,
-            preferred_vector_width_float=1, preferred_vector_width_double=1)
+        from feinsum.devices import scalar_view
+
+        self.recipe_device = info if vector_problem is None else scalar_view(info)
         self.recipes: list[Recipe] = recipes(recipe_path)
         self.by_name = {r.name: r for r in self.recipes}
         self.versions = {r.name: r.version for r in self.recipes}
@@ -157,6 +142,8 @@ class Planner:
             return str(exc)
         if part.problem is not None:
             return f"loopy cannot schedule it: {part.problem}"
+        from feinsum.devices import has_vector_code
+
         if self.vector_problem is not None and has_vector_code(part.kernel):
             return (f"it uses vector types, which the device cannot build "
                     f"({self.vector_problem})")

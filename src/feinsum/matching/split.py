@@ -372,10 +372,16 @@ def _reused(knl: lp.LoopKernel, insn: Any, f: Any) -> bool:
     return not loops <= set(_free_inames(f, set(knl.all_inames())))
 
 
+#: how many times the data a statement touches a lifted value may take
+_GROWTH = 4
+
+
 def _small(knl: lp.LoopKernel, insn: Any, expr: Any) -> bool:
-    """Whether *expr*, computed for every value of the loops it uses, takes no more
-    entries than the largest array the statement reads (lengths known only at run time
-    compared at a large value)."""
+    """Whether *expr*, computed for every value of the loops it uses, takes at most
+    ``_GROWTH`` times the entries of the arrays the statement reads and writes (lengths
+    known only at run time compared at a large value): a gradient inside a divergence
+    (three times its input) is lifted, the M x N matrix of a kernel reduction's feature
+    sum is not."""
     from pymbolic import evaluate
     from pymbolic.mapper.dependency import DependencyMapper
 
@@ -395,15 +401,18 @@ def _small(knl: lp.LoopKernel, insn: Any, expr: Any) -> bool:
     extents = [loop_extent(knl, i) for i in free]
     if None in extents:
         return False
-    largest = 0.0
-    for e in walk(insn.expression):
+    touched: dict[str, float] = {}
+    for e in [*walk(insn.expression), insn.assignee]:
         if isinstance(e, prim.Subscript) and isinstance(e.aggregate, prim.Variable):
             decl = knl.arg_dict.get(e.aggregate.name) or knl.temporary_variables.get(
                 e.aggregate.name)
             shape = getattr(decl, "shape", None)
             if isinstance(shape, tuple):
-                largest = max(largest, size(shape))
-    return size(extents) <= largest
+                touched[e.aggregate.name] = size(shape)
+    return size(extents) <= _GROWTH * sum(touched.values())
+
+
+# }}}
 
 
 def _output_order(insn: Any, free: list[str]) -> list[str]:

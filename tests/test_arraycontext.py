@@ -1,0 +1,120 @@
+"""feinsum under a real array compiler: arraycontext + pytato programs, end to end.
+
+The programs of ``tests/arraycontext_cases.py`` run through arraycontext's own contexts
+and through feinsum's (:mod:`feinsum.arraycontext`), with the arraycontext/pytato pair
+installed in the venv (``scripts/bootstrap test`` installs it from the wheels built from
+their repositories). Where they are absent these tests skip, saying so; CI sets
+``FEINSUM_REQUIRE_ARRAYCONTEXT=1``, which turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+REQUIRE = "FEINSUM_REQUIRE_ARRAYCONTEXT"
+
+
+def require_arraycontext() -> None:
+    """Skip (or, in CI, fail) where arraycontext and pytato are not installed."""
+    try:
+        import arraycontext  # noqa: F401
+        import pytato  # noqa: F401
+    except ImportError as exc:
+        why = (f"arraycontext/pytato are not installed ({exc}); `scripts/bootstrap test` "
+               "installs them from the wheels in ../shared/wheels or $FEINSUM_WHEELS")
+        if os.environ.get(REQUIRE):
+            pytest.fail(f"{REQUIRE} is set but {why}")
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _arraycontext() -> None:
+    require_arraycontext()
+
+
+@pytest.fixture(scope="module")
+def cases() -> Any:
+    import arraycontext_cases
+
+    return arraycontext_cases
+
+
+def check_lazy(facts: dict[str, Any], expected_groups: int, tol: float) -> None:
+    report = facts["report"]
+    assert facts["transformed"] == expected_groups == facts["groups"], report
+    assert all(a in ("default", "replayed") for a in facts["actions"]), report
+    # the program is feinsum's whole: einsums transformed, every other statement scheduled
+    assert facts["kernels"] == ["transformed" if expected_groups else "scheduled"], report
+    assert facts["vs_plain"] <= tol, report  # the untransformed program's results
+    assert facts["vs_numpy"] <= tol, report
+    assert facts["reuse_same"]  # the compiled program called again
+    assert facts["recompile_cached"]  # compiled again: the hook's cache answers
+
+
+@pytest.mark.parametrize("name", ["dg_step", "several", "matmul", "sum_of_products", "tagged",
+                                  "unit_axis", "no_einsum"])
+def test_lazy_programs(cases: Any, name: str) -> None:
+    """Every einsum path of pytato (actx.einsum, @, sum of a product, tagged outputs and
+    axes, (E, 1) geometric factors, several einsums with elementwise work between them)
+    is matched and transformed, and computes what the untransformed program does."""
+    facts = cases.run_lazy(name)
+    check_lazy(facts, cases.PROGRAMS[name][2], 1e-12)
+
+
+def test_lazy_float32(cases: Any) -> None:
+    facts = cases.run_lazy("dg_step", np.float32)
+    check_lazy(facts, 2, 2e-5)
+
+
+def test_eager_context_two_sizes(cases: Any) -> None:
+    """The eager context runs an einsum transformed for each size it is called with."""
+    facts = cases.run_eager((20, 33))
+    assert facts["programs"] == 2
+    for run in facts["runs"]:
+        assert run["transformed"] == 1, run["report"]
+        assert run["vs_numpy"] <= 1e-12
+
+
+def test_device_without_vector_code(cases: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A device whose probe found it cannot build vector code gets scalar code only, with
+    the same results (PyPI's PoCL 3.0 aborts on double8 fma on Zen 4)."""
+    import feinsum.devices
+    from feinsum.hook import clear_cache
+
+    why = "the driver killed the probe process building double8 kernels (simulated)"
+    monkeypatch.setattr(feinsum.devices, "vector_problem", lambda dev: why)
+    clear_cache()
+    try:
+        facts = cases.run_lazy("dg_step")
+    finally:
+        clear_cache()
+    check_lazy(facts, 2, 1e-12)
+    assert "cannot build vector code" in facts["report"]
+
+
+def test_scalar_only_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """feinsum.compile on a device without vector code: scalar configurations only, and a
+    clear error when the caller forces a vector one."""
+    import feinsum
+    import feinsum.devices
+    from feinsum.errors import RecipeFailure
+
+    why = "vector fma aborts the process (simulated)"
+    monkeypatch.setattr(feinsum.devices, "vector_problem", lambda dev: why)
+    D = feinsum.array("D", (35, 35))
+    u = feinsum.array("u", ("E", 35))
+    spec = feinsum.einsum("ij,ej->ei", D, u)
+    rng = np.random.default_rng(0)
+    arrays = {"D": rng.random((35, 35)), "u": rng.random((300, 35))}
+    f = feinsum.compile(spec, db=False)
+    np.testing.assert_allclose(f(**arrays), np.einsum("ij,ej->ei", arrays["D"], arrays["u"]),
+                               rtol=1e-12)
+    assert f.last_choice is not None and f.last_choice.recipe is not None
+    forced = feinsum.compile(spec, db=False, recipe="contraction",
+                             params={"scheme": "vector", "vec": 4})
+    with pytest.raises(RecipeFailure, match="cannot build"):
+        forced(**arrays)
