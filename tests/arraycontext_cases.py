@@ -125,11 +125,10 @@ class _NumpyContext:
 
 def run_lazy(name: str, dtype: Any = np.float64) -> dict[str, Any]:
     """The program through PytatoPyOpenCLArrayContext and feinsum's subclass of it."""
+    import pyopencl.tools as clt
     from arraycontext import PytatoPyOpenCLArrayContext
 
     from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
-
-    import pyopencl.tools as clt
 
     fn, names, _ = PROGRAMS[name]
     host = _arrays({k: DG[k] for k in names}, dtype)
