@@ -67,6 +67,7 @@ _LAZY: dict[str, str] = {
     "measure": "feinsum.measurement",
     "measure_roofline": "feinsum.roofline",
     "autotune": "feinsum.tuning",
+    "campaign": "feinsum.campaigns",
     "kernel_reduction": "feinsum.reductions",
     "compile": "feinsum.direct",
     "transform_program": "feinsum.hook",
