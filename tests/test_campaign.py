@@ -226,6 +226,30 @@ def test_campaign_recorded_by_the_client(client: Any, tmp_path: Path) -> None:
         assert db.count(status=None) == 5
 
 
+def test_cli_campaign_at_a_scheduler(client: Any, scheduler: str, tmp_path: Path) -> None:
+    from feinsum.database import open_database
+
+    db = tmp_path / "cli.sqlite"
+    with open_database(db, include_shipped=False) as d:
+        _seed_roofline(d)
+    plan = tmp_path / "plan.txt"
+    plan.write_text('"ij,j->i" -s i=8,j=8 --budget 1 --recipe generic --no-peers '
+                    "--no-baseline --workers 1\n")
+    cmd = [sys.executable, "-m", "feinsum.cli", "campaign", str(plan), "--scheduler",
+           scheduler, "--db", str(db)]
+    p = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr
+    (job,) = json.loads(p.stdout)["jobs"]
+    assert job["status"] == "ok" and job["evaluated"] == 1 and job["best_recipe"] == "generic"
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)  # the table
+    assert p.returncode == 0 and "dask dashboard" in p.stdout and "(+1 before)" in p.stdout
+    plan.write_text('"ij,j->i" -s i=8,j=8 --device "no such device"\n')
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 1
+    (line,) = p.stderr.strip().splitlines()
+    assert "line 1: --device no such device names no device of the cluster" in line
+
+
 @pytest.mark.postgres
 def test_campaign_survives_a_killed_worker(client: Any, workers: list[Any],
                                            pg_schema_url: str) -> None:

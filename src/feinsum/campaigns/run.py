@@ -157,7 +157,9 @@ class _Campaign:
                                 f"within {WORKER_TIMEOUT:g} s; start workers with `dask "
                                 f"worker {c.scheduler.address}`") from None
         if not all(c.run(_has_plugin).values()):
-            c.register_plugin(DeviceOwner(), name=DeviceOwner.name)
+            # a worker without a usable device fails its set-up: describe() says why below
+            with contextlib.suppress(Exception):
+                c.register_plugin(DeviceOwner(), name=DeviceOwner.name)
         found = c.run(describe, on_error="return")
         owners = {w: d for w, d in found.items() if not isinstance(d, BaseException)}
         if not owners:
@@ -245,6 +247,7 @@ class _Campaign:
         finally:
             with contextlib.suppress(Exception):
                 self.client.unsubscribe_topic(self.topic)
+            self._forget()
             bars.close()
         result = CampaignResult(self.results, self.client.scheduler.address, dashboard,
                                 time.monotonic() - t0)
@@ -296,6 +299,14 @@ class _Campaign:
                         if a.job.lengths else a.job.einsum, a.device_info)
         mine.extend(new)
         Variable(f"{self.topic}-{a.index}", client=self.client).set(mine)
+
+    def _forget(self) -> None:
+        """Delete the scheduler's copies of what the client recorded."""
+        from distributed import Variable
+
+        for index in self.relayed:
+            with contextlib.suppress(Exception):
+                Variable(f"{self.topic}-{index}", client=self.client).delete()
 
     def _finish(self, future: Any, a: Assignment, bars: Any) -> None:
         r = self.results[a.index]

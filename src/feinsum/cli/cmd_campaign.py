@@ -37,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
     from feinsum.campaigns.cluster import connect
     from feinsum.errors import CampaignError
 
+    if args.scheduler is not None and args.workers_per_device != 1:
+        raise CampaignError("--workers-per-device is for the cluster started without "
+                            "--scheduler; start workers at the scheduler yourself")
     plan = read_plan(args.plan, budget=args.budget)  # a bad PLAN: before any connection
     client: Any = None if args.scheduler is None else connect(args.scheduler)
     db: Any = None
