@@ -60,10 +60,18 @@ if TYPE_CHECKING:
     from feinsum.devices import DeviceInfo
     from feinsum.roofline import Roofline
 
-_WORKER_CODE = (
-    "import sys; from feinsum.isolation import worker_main; "
-    "worker_main(int(sys.argv[1]), int(sys.argv[2]))"
-)
+# argv: the socket's fd, the pid whose death kills the worker (0: none; Linux only). The
+# kill is asked for first of all: a worker suspended while starting must not outlive it.
+_WORKER_CODE = """\
+import sys
+if int(sys.argv[2]) and sys.platform.startswith("linux"):
+    import ctypes, os, signal
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(sys.argv[2]):
+        os._exit(1)
+from feinsum.isolation import worker_main
+worker_main(int(sys.argv[1]))
+"""
 #: seconds a new worker may take to import and open its device
 START_TIMEOUT = 120.0
 _COMPILER_WORDS = ("LLVM", "llvm", "clang", "pocl", "PoCL", "error:", "Assertion")
@@ -72,28 +80,13 @@ _COMPILER_WORDS = ("LLVM", "llvm", "clang", "pocl", "PoCL", "error:", "Assertion
 # {{{ the worker process
 
 
-def _die_with_parent(parent: int) -> None:
-    """Be killed when the parent dies (Linux; elsewhere a no-op). A parent 0: stay."""
-    if parent <= 0 or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # it died before the call above
-        os._exit(1)
-
-
-def worker_main(fd: int, parent: int = 0) -> None:
+def worker_main(fd: int) -> None:
     """A worker's loop over the socket *fd*: ``("init", device, log)``, then ``("prepare",
     candidate)`` and ``("time", cutoff)`` pairs, until ``("stop",)`` or the parent goes
     away. It answers ``("phase", step)`` as each step starts, then ``("prepared", ...)``,
-    ``("timed", ...)`` or ``("failed", category, message)``. *parent*: the pid whose
-    death kills this worker (0: none)."""
+    ``("timed", ...)`` or ``("failed", category, message)``."""
     from feinsum.devices import DeviceInfo
 
-    _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
     conn = Connection(fd)
     _, info_dict, log_path = conn.recv()
