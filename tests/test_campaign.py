@@ -9,6 +9,7 @@ The PostgreSQL tests follow the ``postgres`` marker of the database tests (skipp
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import os
@@ -203,6 +204,8 @@ def test_campaign_recorded_by_the_client(client: Any, tmp_path: Path) -> None:
     """Workers told to send their measurements to the client (what they do when they
     cannot reach the database): recorded once; a job whose every candidate fails is
     reported as failed, once, not retried."""
+    from rich.console import Console
+
     import feinsum
     from feinsum.campaigns import parse_plan
     from feinsum.database import open_database
@@ -213,9 +216,16 @@ def test_campaign_recorded_by_the_client(client: Any, tmp_path: Path) -> None:
         '"ij,j->i" -s i=16,j=16 --budget 2 --recipe generic --no-peers\n'
         f'"ij,j->i" -s i=24,j=8 --budget 2 --recipe broken --recipe-path {tmp_path}/recipes '
         "--no-peers --no-baseline\n")
+    out = io.StringIO()
     with open_database(tmp_path / "client.sqlite", include_shipped=False) as db:
         _seed_roofline(db)
-        result = feinsum.campaign(plan, client, db=db, records="client", progress=False)
+        result = feinsum.campaign(plan, client, db=db, records="client",
+                                  console=Console(file=out, width=200))
+        text = out.getvalue()  # the dashboard, a bar per job and worker, the table
+        assert "campaign of 2 jobs on" in text and "dask dashboard: " in text
+        assert "job 1: ij,j->i @" in text and "worker 127.0.0.1:" in text
+        assert "failed: every candidate failed (compile-error: 2)" in text
+        assert "best recipe" in text and "2 (+0 before)" in text
         good, bad = result.jobs
         assert good.ok and good.evaluated == 2
         assert bad.status == "failed" and "every candidate failed" in bad.message
@@ -241,8 +251,6 @@ def test_cli_campaign_at_a_scheduler(client: Any, scheduler: str, tmp_path: Path
     assert p.returncode == 0, p.stderr
     (job,) = json.loads(p.stdout)["jobs"]
     assert job["status"] == "ok" and job["evaluated"] == 1 and job["best_recipe"] == "generic"
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)  # the table
-    assert p.returncode == 0 and "dask dashboard" in p.stdout and "(+1 before)" in p.stdout
     plan.write_text('"ij,j->i" -s i=8,j=8 --device "no such device"\n')
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert p.returncode == 1
