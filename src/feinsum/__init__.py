@@ -1,6 +1,7 @@
 """feinsum: a database of code transformations for batched einsums and kernel reductions."""
 
 from feinsum.errors import (
+    CampaignError,
     DatabaseError,
     DeviceError,
     DTypeError,
@@ -11,8 +12,10 @@ from feinsum.errors import (
     InvalidConfigurationError,
     MissingRecordError,
     NotIsomorphicError,
+    PlanError,
     RecipeError,
     RecipeFailure,
+    SchedulerUnreachableError,
     ShapeError,
     SpecificationError,
     SubscriptError,
@@ -97,6 +100,7 @@ __all__ = [
     "Array",
     "BatchedEinsum",
     "BlockSparse",
+    "CampaignError",
     "DTypeError",
     "DatabaseError",
     "DeviceError",
@@ -108,8 +112,10 @@ __all__ = [
     "InvalidConfigurationError",
     "MissingRecordError",
     "NotIsomorphicError",
+    "PlanError",
     "RecipeError",
     "RecipeFailure",
+    "SchedulerUnreachableError",
     "ShapeError",
     "SpecificationError",
     "SubscriptError",
