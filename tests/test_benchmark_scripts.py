@@ -18,6 +18,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 CASES = {
+    "campaign": (["bench_campaign.py", "--jobs", "2", "--budget", "1", "--workers", "1",
+                  "--repeat", "1"], ["jobs/min", "device held for timing"]),
     "einsum": (["bench_einsum.py", "--quick", "--configs", "1", "--no-untransformed",
                 "--only", "local", "gemm"], ["local", "gemm", "best of"]),
     "elementwise": (["bench_elementwise.py", "--quick", "--configs", "1", "--only",

@@ -83,3 +83,49 @@ def test_timings_never_overlap_builds_on_a_cpu(pool, target, cl_device):
     for t0, t1 in timings:
         for b0, b1 in builds:
             assert b1 <= t0 or b0 >= t1, f"build {b0:.3f}-{b1:.3f}, timing {t0:.3f}-{t1:.3f}"
+
+
+def _running(pid: int) -> bool:
+    try:  # a zombie (state Z) has exited
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="PR_SET_PDEATHSIG is Linux's")
+def test_workers_die_with_the_process_that_started_them(cl_device, tmp_path):  # type: ignore[no-untyped-def]
+    """A pool's owner SIGKILLed (a campaign's worker killed): its workers go too, even one
+    suspended while another times."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "owner.py"
+    script.write_text(
+        "import os, signal, sys, time\n"
+        "from feinsum.devices import device_info, get_device\n"
+        "from feinsum.isolation import WorkerPool\n"
+        "pool = WorkerPool(device_info(get_device()), size=2)\n"
+        "while any(w.state == 'starting' for w in pool._workers):\n"
+        "    pool._receive(pool._workers[0], []); pool._receive(pool._workers[1], [])\n"
+        "    time.sleep(0.1)\n"
+        "pids = [w.proc.pid for w in pool._workers]\n"
+        "os.kill(pids[1], signal.SIGSTOP)\n"
+        "print(*pids, flush=True)\n"
+        "time.sleep(600)\n")
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        pids = [int(p) for p in owner.stdout.readline().split()]
+        assert len(pids) == 2
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(10)
+        deadline = time.monotonic() + 10
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            alive = [p for p in pids if _running(p)]
+            time.sleep(0.1)
+        assert not alive, f"workers {alive} outlived their pool's process"
+    finally:
+        owner.kill()

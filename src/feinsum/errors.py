@@ -71,3 +71,15 @@ class TuningError(FeinsumError):
 class MissingRecordError(DatabaseError):
     """The database holds no record for an einsum, and the caller asked for one
     (``transform_program(..., on_miss="error")``)."""
+
+
+class CampaignError(FeinsumError):
+    """A tuning campaign cannot start or finish (base of the campaign errors)."""
+
+
+class PlanError(CampaignError):
+    """A campaign PLAN has a bad line (the message names the line and the problem)."""
+
+
+class SchedulerUnreachableError(CampaignError):
+    """The dask scheduler of a campaign cannot be reached."""

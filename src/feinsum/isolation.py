@@ -13,7 +13,13 @@ one that died or was killed. Each candidate goes through two steps in one worker
 * **time** runs one at a time per device and, when the device is a CPU, never while
   another worker prepares or starts: those are suspended (``SIGSTOP``) for the timing and
   resumed after it (their compilations would share the cores being timed), and their
-  time suspended does not count against their timeout.
+  time suspended does not count against their timeout. With a *timing lock* (what a
+  campaign passes: one per physical device, shared by every process that times on it) a
+  candidate is timed only while the pool holds the lock; the wall-clock interval it held
+  it is part of the measurement.
+
+Workers die with the process that started them (``PR_SET_PDEATHSIG`` on Linux), so a
+pool whose owner is killed leaves no worker behind, not even a suspended one.
 
 A worker that dies is classified by the step it had reported: code generation, build and
 the first run (where PoCL compiles) are ``compile-error`` when its stderr names the
@@ -36,7 +42,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from feinsum.errors import TuningError
 from feinsum.measurement import (
@@ -54,9 +60,18 @@ if TYPE_CHECKING:
     from feinsum.devices import DeviceInfo
     from feinsum.roofline import Roofline
 
-_WORKER_CODE = (
-    "import sys; from feinsum.isolation import worker_main; worker_main(int(sys.argv[1]))"
-)
+# argv: the socket's fd, the pid whose death kills the worker (0: none; Linux only). The
+# kill is asked for first of all: a worker suspended while starting must not outlive it.
+_WORKER_CODE = """\
+import sys
+if int(sys.argv[2]) and sys.platform.startswith("linux"):
+    import ctypes, os, signal
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(sys.argv[2]):
+        os._exit(1)
+from feinsum.isolation import worker_main
+worker_main(int(sys.argv[1]))
+"""
 #: seconds a new worker may take to import and open its device
 START_TIMEOUT = 120.0
 _COMPILER_WORDS = ("LLVM", "llvm", "clang", "pocl", "PoCL", "error:", "Assertion")
@@ -136,6 +151,8 @@ class _Worker:
     remaining: float = 0.0
     validation_error: float | None = None
     phase_times: dict[str, float] = field(default_factory=dict)
+    #: wall-clock time at which it started timing (with the timing lock held)
+    timing_from: float = 0.0
 
     @property
     def busy_cpu(self) -> bool:
@@ -159,15 +176,23 @@ class WorkerPool:
     :arg size: parallel builds (default: the CPU count, at most 4).
     :arg exclusive_timing: never time while another worker builds (default: when the device
         is a CPU).
+    :arg timing_lock: held while a candidate is timed (``acquire(blocking=False)`` is tried
+        when one is ready, ``release()`` follows its timing): a ``threading.Lock``, or the
+        ``distributed.Lock`` of a physical device that other processes time on too.
+    :arg die_with_parent: workers are killed when the thread that started them ends (on
+        Linux; pass False for a pool that outlives its creating thread).
     """
 
     def __init__(self, device: DeviceInfo, size: int | None = None, *,
-                 exclusive_timing: bool | None = None, roofline: Roofline | None = None
-                 ) -> None:
+                 exclusive_timing: bool | None = None, roofline: Roofline | None = None,
+                 timing_lock: Any = None, die_with_parent: bool = True) -> None:
         self.device = device
         self.size = size or max(1, min(4, os.cpu_count() or 1))
         self.exclusive = device.is_cpu if exclusive_timing is None else exclusive_timing
         self.roofline = roofline
+        self.timing_lock = timing_lock
+        self._locked = False
+        self._die_with_parent = die_with_parent
         self._tmp = tempfile.TemporaryDirectory(prefix="feinsum-workers-")
         self._queue: collections.deque[Candidate] = collections.deque()
         self._workers: list[_Worker] = []
@@ -193,7 +218,8 @@ class WorkerPool:
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-c", _WORKER_CODE, str(theirs.fileno())],
+                [sys.executable, "-c", _WORKER_CODE, str(theirs.fileno()),
+                 str(os.getpid() if self._die_with_parent else 0)],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )
@@ -285,6 +311,7 @@ class WorkerPool:
         self._closed = True
         for w in self._workers:
             self._resume(w)
+        self._release_timing()
         for w in self._workers:
             with contextlib.suppress(Exception):
                 w.conn.send(("stop",))
@@ -310,7 +337,7 @@ class WorkerPool:
         timing = any(w.state == "timing" for w in self._workers)
         waiting = sorted((w for w in self._workers if w.state == "prepared"),
                          key=lambda w: w.since)
-        if not timing and waiting:
+        if not timing and waiting and self._acquire_timing():
             if self.exclusive:  # builds stop while the CPU device times
                 for other in self._workers:
                     if other.busy_cpu:
@@ -321,6 +348,7 @@ class WorkerPool:
             best = self._best.get(c.target.key)
             w.conn.send(("time", c.options.race * best if c.options.race and best else None))
             self._set_state(w, "timing")
+            w.timing_from = time.time()
             w.phase = "time"
             w.deadline = now + c.options.run_timeout
             timing = True
@@ -342,6 +370,18 @@ class WorkerPool:
                     w.deadline = now + c.options.build_timeout
                 else:  # still starting: its start timeout runs, then the build's
                     w.deadline = now + START_TIMEOUT + c.options.build_timeout
+
+    def _acquire_timing(self) -> bool:
+        """Hold the timing lock (if any); False: another process times on the device."""
+        if self.timing_lock is None or self._locked:
+            return True
+        self._locked = bool(self.timing_lock.acquire(blocking=False))
+        return self._locked
+
+    def _release_timing(self) -> None:
+        if self._locked:
+            self._locked = False
+            self.timing_lock.release()
 
     def _pause(self, w: _Worker) -> None:
         """Suspend a worker (SIGSTOP): its compilation must not share the CPU with a timing.
@@ -393,7 +433,8 @@ class WorkerPool:
             elif kind == "timed":
                 c = _held(w)
                 m = finish(c, "ok", msg[3], msg[1], w.validation_error, msg[2],
-                           w.started_at, time.time() - w.started_at, self.roofline)
+                           w.started_at, time.time() - w.started_at, self.roofline,
+                           held=(w.timing_from, time.time()))
                 if m.seconds:
                     self.note_best(c.target.key, m.seconds)
                 done.append(m)
@@ -407,6 +448,8 @@ class WorkerPool:
         now = time.monotonic()
         if w.state in ("starting", "preparing", "timing") and w.paused_at is None:
             self.timeline.append((w.state, w.since, now))
+        if w.state == "timing" and state != "timing":
+            self._release_timing()
         w.state, w.since = state, now
 
     def _reset(self, w: _Worker) -> None:
@@ -417,8 +460,10 @@ class WorkerPool:
                         done: list[Measurement]) -> None:
         if w.candidate is None:
             return
+        now = time.time()
         done.append(finish(w.candidate, category, message, started_at=w.started_at,
-                           wall_time=time.time() - w.started_at))
+                           wall_time=now - w.started_at,
+                           held=(w.timing_from, now) if w.state == "timing" else (0.0, 0.0)))
 
     def _fail_died(self, w: _Worker, done: list[Measurement]) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -476,7 +521,7 @@ def shared_pool(device: DeviceInfo, size: int | None = None) -> WorkerPool:
     """A pool kept for the process's life (what :func:`feinsum.measure` uses)."""
     pool = _shared.get(device.key)
     if pool is None or pool._closed:
-        pool = _shared[device.key] = WorkerPool(device, size)
+        pool = _shared[device.key] = WorkerPool(device, size, die_with_parent=False)
     return pool
 
 

@@ -170,6 +170,9 @@ class Measurement:
     phase_times: dict[str, float] = field(default_factory=dict)
     started_at: float = 0.0
     wall_time: float = 0.0
+    #: the wall-clock interval the device was held for timing it (0: not timed)
+    timing_started: float = 0.0
+    timing_ended: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -513,23 +516,23 @@ def _short(exc: BaseException, limit: int = 2000) -> str:
 
 def finish(c: Candidate, status: str, message: str = "", samples: list[float] | None = None,
            validation_error: float | None = None, phase_times: dict[str, float] | None = None,
-           started_at: float = 0.0, wall_time: float = 0.0,
-           roofline: Roofline | None = None) -> Measurement:
-    """The :class:`Measurement` of a candidate's outcome."""
-    timing = None
+           started_at: float = 0.0, wall_time: float = 0.0, roofline: Roofline | None = None,
+           held: tuple[float, float] = (0.0, 0.0)) -> Measurement:
+    """A candidate's :class:`Measurement` (*held*: when it held the device for timing)."""
+    stats = None
     fraction = None
     if status == "ok" and samples:
-        timing = TimingStats.from_samples(samples, c.options.spread_limit)
+        stats = TimingStats.from_samples(samples, c.options.spread_limit)
         if roofline is not None:
             fraction = roofline.fraction(c.target.dtype, c.target.flops, c.target.nbytes,
-                                         timing.min)
+                                         stats.min)
     return Measurement(
         status=status, recipe_name=c.recipe_name, recipe_version=c.recipe_version,
-        params=dict(c.params), lengths=dict(c.target.lengths), message=message, timing=timing,
+        params=dict(c.params), lengths=dict(c.target.lengths), message=message, timing=stats,
         flops=c.target.flops, nbytes=c.target.nbytes, roofline_fraction=fraction,
         validation_error=validation_error, phase_times=dict(phase_times or {}),
-        started_at=started_at, wall_time=wall_time,
-    )
+        started_at=started_at, wall_time=wall_time, timing_started=held[0],
+        timing_ended=held[1])
 
 
 def measure_in_process(state: DeviceState, c: Candidate, roofline: Roofline | None = None

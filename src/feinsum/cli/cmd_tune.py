@@ -55,14 +55,14 @@ def _measurement(m: Any) -> dict[str, Any] | None:
             "roofline_fraction": m.roofline_fraction}
 
 
-def run(args: argparse.Namespace) -> int:
-    from feinsum.errors import SpecificationError, TuningError
+def check_lengths(spec: Any, lengths: dict[str, int], *, every: bool = True) -> dict[str, int]:
+    """The values of *spec*'s length symbols in *lengths* (``-l``): one for each symbol is
+    needed; *every*: a value for a symbol *spec* lacks is an error too."""
+    from feinsum.errors import SpecificationError
 
-    spec = spec_from_args(args)
-    lengths = parse_lengths(args.lengths)
     symbols = set(spec.length_symbols)
     unknown = sorted(set(lengths) - symbols)
-    if unknown:
+    if unknown and every:
         raise SpecificationError(
             f"--lengths: {', '.join(unknown)} is not a length symbol of {spec.subscripts} "
             f"(symbols: {', '.join(sorted(symbols)) or 'none'})")
@@ -70,10 +70,25 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise SpecificationError(f"tuning needs a value for every length symbol: add "
                                  f"{' '.join(f'-l {s}=...' for s in missing)}")
+    return {k: v for k, v in lengths.items() if k in symbols}
+
+
+def check_search_options(args: argparse.Namespace) -> None:
+    """``--budget`` and ``--time-limit`` are positive."""
+    from feinsum.errors import SpecificationError
+
     if args.budget is not None and args.budget < 1:
         raise SpecificationError("--budget must be at least 1")
     if args.time_limit is not None and args.time_limit <= 0:
         raise SpecificationError("--time-limit must be positive")
+
+
+def run(args: argparse.Namespace) -> int:
+    from feinsum.errors import TuningError
+
+    spec = spec_from_args(args)
+    lengths = check_lengths(spec, parse_lengths(args.lengths))
+    check_search_options(args)
 
     from feinsum.devices import get_device
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 _COMMANDS: dict[str, tuple[str, str]] = {
     "devices": ("cmd_devices", "list OpenCL devices, whether they build kernels, their roofline"),
     "tune": ("cmd_tune", "autotune an einsum (given on the command line or in a kernel file)"),
+    "campaign": ("cmd_campaign", "the tuning jobs of a PLAN file on the devices of a dask "
+                 "cluster"),
     "match": ("cmd_match", "list the einsums found in a loopy kernel with their canonical keys"),
     "query": ("cmd_query", "records for an einsum on a device, fastest first"),
     "best": ("cmd_query", "the best record for an einsum (with the fallback chain)"),

@@ -32,9 +32,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 #: The Alembic revision the models describe (the newest migration).
-SCHEMA_VERSION = "0003"
+SCHEMA_VERSION = "0004"
 #: Every revision this code can upgrade from, oldest first (ends with SCHEMA_VERSION).
-KNOWN_VERSIONS: tuple[str, ...] = ("0001", "0002", "0003")
+KNOWN_VERSIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004")
 #: Alembic's version table; prefixed so a shared server database may also hold an
 #: application's own ``alembic_version``.
 VERSION_TABLE = "feinsum_alembic_version"
@@ -215,6 +215,10 @@ class Measurement(Base):
     feinsum_version: Mapped[str | None] = mapped_column(String(64))
     started_at: Mapped[_dt.datetime | None] = mapped_column(UTCDateTime)
     measured_at: Mapped[_dt.datetime] = mapped_column(UTCDateTime)
+    #: When the device was held for timing this candidate (wall clock; revision 0004): no
+    #: two timings on one physical device overlap.
+    timing_started_at: Mapped[_dt.datetime | None] = mapped_column(UTCDateTime)
+    timing_ended_at: Mapped[_dt.datetime | None] = mapped_column(UTCDateTime)
 
 
 class Roofline(Base):

@@ -238,6 +238,9 @@ class NewMeasurement:
     feinsum_version: str | None = None
     started_at: _dt.datetime | None = None
     measured_at: _dt.datetime | None = None
+    #: When the device was held for timing it (None: not timed, or not known).
+    timing_started_at: _dt.datetime | None = None
+    timing_ended_at: _dt.datetime | None = None
     #: A unique identity (a random one when None); kept through export/import.
     uid: str | None = None
 
@@ -329,6 +332,8 @@ def normalise(m: NewMeasurement) -> MeasurementRow:
         ),
         "started_at": m.started_at,
         "measured_at": m.measured_at if m.measured_at is not None else now,
+        "timing_started_at": m.timing_started_at,
+        "timing_ended_at": m.timing_ended_at,
     }
     return MeasurementRow(
         identity=identity,
@@ -400,6 +405,8 @@ class Record:
     feinsum_version: str | None
     started_at: _dt.datetime | None
     measured_at: _dt.datetime
+    timing_started_at: _dt.datetime | None = None
+    timing_ended_at: _dt.datetime | None = None
 
     @property
     def params_key(self) -> str:

@@ -132,7 +132,8 @@ def export_lines(store: Store, conds: Sequence[sa.ColumnElement[bool]] = ()) -> 
                 M.status, M.samples_json, M.sample_count, M.min_time, M.median_time, M.spread,
                 M.flops, M.bytes, M.gflops, M.validation_error, M.message,
                 M.tiles_kept_fraction, M.host, M.loopy_version, M.pyopencl_version,
-                M.feinsum_version, M.started_at, M.measured_at,
+                M.feinsum_version, M.started_at, M.measured_at, M.timing_started_at,
+                M.timing_ended_at,
             )
             .select_from(M)
             .join(E, M.einsum_id == E.id)
@@ -155,6 +156,8 @@ def export_lines(store: Store, conds: Sequence[sa.ColumnElement[bool]] = ()) -> 
                 "tiles_kept_fraction": r[18], "host": r[19], "loopy_version": r[20],
                 "pyopencl_version": r[21], "feinsum_version": r[22],
                 "started_at": _iso(r[23]), "measured_at": _iso(r[24]),
+                **({} if r[25] is None else {"timing_started_at": _iso(r[25]),
+                                             "timing_ended_at": _iso(r[26])}),
             }
     yield {"type": "end"}
 
@@ -373,6 +376,11 @@ def measurement_row(obj: Mapping[str, Any], where: str, checked: _Checked) -> Me
         "validation_error": verr,
         "started_at": _time(obj, "started_at", where, nullable=True),
         "measured_at": _time(obj, "measured_at", where, nullable=False),
+        # optional (schema revision 0004): absent from older exports
+        "timing_started_at": _time(obj, "timing_started_at", where, nullable=True)
+        if "timing_started_at" in obj else None,
+        "timing_ended_at": _time(obj, "timing_ended_at", where, nullable=True)
+        if "timing_ended_at" in obj else None,
     }
     for name in _MEASUREMENT_FLOATS:
         values[name] = _number(obj, name, where) if name in obj else None

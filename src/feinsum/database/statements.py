@@ -43,7 +43,7 @@ RECORD_COLUMNS = (
     R.name, R.version, C.params_json, M.status, M.samples_json, M.sample_count,
     M.min_time, M.median_time, M.spread, M.flops, M.bytes, M.gflops, M.validation_error,
     M.message, M.tiles_kept_fraction, M.host, M.loopy_version, M.pyopencl_version,
-    M.feinsum_version, M.started_at, M.measured_at,
+    M.feinsum_version, M.started_at, M.measured_at, M.timing_started_at, M.timing_ended_at,
 )
 
 
@@ -123,7 +123,7 @@ def row_to_record(row: Sequence[Any], source: str) -> Record:
         flops=row[20], bytes=row[21], gflops=row[22], validation_error=row[23],
         message=row[24], tiles_kept_fraction=row[25], host=row[26], loopy_version=row[27],
         pyopencl_version=row[28], feinsum_version=row[29], started_at=row[30],
-        measured_at=row[31],
+        measured_at=row[31], timing_started_at=row[32], timing_ended_at=row[33],
     )
 
 

@@ -9,10 +9,11 @@ already there, the strategies skip them and the model is seeded with them.
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as _dt
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -141,9 +142,13 @@ class _Records:
             min_time=t.min if t else None, median_time=t.median if t else None,
             spread=t.spread if t else None, flops=m.flops, bytes=m.nbytes,
             validation_error=m.validation_error, message=m.message or None,
-            started_at=_dt.datetime.fromtimestamp(m.started_at, _dt.UTC)
-            if m.started_at else None,
+            started_at=_stamp(m.started_at), timing_started_at=_stamp(m.timing_started),
+            timing_ended_at=_stamp(m.timing_ended),
         ))
+
+
+def _stamp(t: float) -> _dt.datetime | None:
+    return _dt.datetime.fromtimestamp(t, _dt.UTC) if t else None
 
 
 def _from_record(r: Any, target: Target, spread_limit: float, roofline: Roofline | None
@@ -258,6 +263,7 @@ def autotune(
     baseline: bool = True,
     callback: Callable[[Measurement], None] | None = None,
     fixed: Mapping[str, Mapping[str, Any]] | None = None,
+    timing_lock: Any = None,
     **options: Any,
 ) -> TuningResult:
     """Tune *einsum* on *device*: search the applicable recipes' configurations, measure
@@ -280,6 +286,10 @@ def autotune(
     :arg callback: called with every new measurement (after it is recorded).
     :arg fixed: per recipe name, parameters pinned to a value (``{"generic": {"vec":
         False}}``): only the others are searched.
+    :arg timing_lock: held whenever this run times anything (the roofline, the peers, each
+        candidate): a lock shared with the other processes that time on the same
+        physical device (``threading.Lock``-like; a campaign passes a
+        ``distributed.Lock``). The interval each candidate held it is recorded.
     :arg options: :class:`~feinsum.measurement.MeasureOptions` fields (``min_samples``,
         ``min_time``, ``build_timeout``, ``run_timeout``, ``validate_full``, ...).
     """
@@ -309,12 +319,13 @@ def autotune(
         raise TuningError(f"no recipe applies to {einsum}: "
                           + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
 
-    roof = measure_roofline(dev, db=store)
-    peer_times: dict[str, float] = {}
-    if peers:  # before any worker starts: nothing else runs on the CPU
-        inputs = random_inputs(target.spec, target.lengths, opts.seed)
-        peer_times = time_peers(target.spec.with_lengths(target.lengths), inputs,
-                                min_samples=opts.min_samples, min_time=opts.min_time)
+    with _holding(timing_lock):
+        roof = measure_roofline(dev, db=store)
+        peer_times: dict[str, float] = {}
+        if peers:  # before any worker starts: nothing else runs on the CPU
+            inputs = random_inputs(target.spec, target.lengths, opts.seed)
+            peer_times = time_peers(target.spec.with_lengths(target.lengths), inputs,
+                                    min_samples=opts.min_samples, min_time=opts.min_time)
 
     if budget is None and strategy != "exhaustive":
         budget = DEFAULT_BUDGET
@@ -330,7 +341,7 @@ def autotune(
 
     title = f"{einsum.subscripts} at {target.lengths}" if target.lengths else einsum.subscripts
     run = _Run(target, info, arms, records, opts, roof, budget, time_limit, t_start,
-               callback)
+               callback, timing_lock)
     new, measured_base = run.search(workers, title, progress,
                                     need_baseline=baseline and base_m is None,
                                     known_baseline=base_m)
@@ -366,6 +377,18 @@ def _seconds(m: Measurement) -> float:
     return m.seconds or math.inf
 
 
+@contextlib.contextmanager
+def _holding(lock: Any) -> Iterator[None]:
+    if lock is None:
+        yield
+        return
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def _make_arm(r: Recipe, target: Target, info: DeviceInfo, records: _Records, strategy: str,
               share: int | None, seed: int, pins: Mapping[str, Any] | None,
               opts: MeasureOptions, roof: Roofline | None) -> _Arm:
@@ -396,10 +419,11 @@ class _Run:
     def __init__(self, target: Target, info: DeviceInfo, arms: list[_Arm], records: _Records,
                  opts: MeasureOptions, roof: Roofline | None, budget: int | None,
                  time_limit: float | None, t_start: float,
-                 callback: Callable[[Measurement], None] | None) -> None:
+                 callback: Callable[[Measurement], None] | None, timing_lock: Any) -> None:
         self.target, self.info, self.arms, self.records = target, info, arms, records
         self.opts, self.roof, self.budget = opts, roof, budget
         self.time_limit, self.t_start, self.callback = time_limit, t_start, callback
+        self.timing_lock = timing_lock
         self.previous = sum(a.evaluated for a in arms)
 
     def _total(self) -> int | None:
@@ -419,7 +443,7 @@ class _Run:
         new: list[Measurement] = []
         baseline: Measurement | None = None
         submitted = self.previous
-        pool = WorkerPool(self.info, workers, roofline=self.roof)
+        pool = WorkerPool(self.info, workers, roofline=self.roof, timing_lock=self.timing_lock)
         for known in [*(a.best for a in self.arms), known_baseline]:
             if known is not None and known.seconds:
                 pool.note_best(self.target.key, known.seconds)
