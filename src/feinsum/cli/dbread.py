@@ -127,32 +127,38 @@ class Group:
 
 
 def groups(db: Database) -> list[Group]:
-    """One :class:`Group` per (einsum, device) with records, user's and shipped merged."""
+    """One :class:`Group` per (einsum, device) with records, user's and shipped merged; the
+    best GFLOP/s is derived as the records' (:mod:`feinsum.database.rates`)."""
     import sqlalchemy as sa
 
+    from feinsum.cli.common import einsum_label
     from feinsum.database.models import Device, Einsum, Measurement
+    from feinsum.database.rates import derived
 
     ok = sa.case((Measurement.status == "ok", 1), else_=0)
-    from feinsum.cli.common import einsum_label
-
+    fastest = sa.func.min(sa.case((Measurement.status == "ok", Measurement.min_time)))
+    stored = sa.func.max(sa.case((Measurement.status == "ok", Measurement.gflops)))
     stmt = (sa.select(Einsum.canonical_key, Einsum.canonical_text, Einsum.spec_json,
-                      Device.key, Device.name,
-                      sa.func.count(), sa.func.sum(ok),
-                      sa.func.count(sa.distinct(Measurement.lengths_key)),
-                      sa.func.max(sa.case((Measurement.status == "ok", Measurement.gflops))))
+                      Device.key, Device.name, Measurement.lengths_key,
+                      sa.func.count(), sa.func.sum(ok), fastest, stored)
             .join(Einsum, Measurement.einsum_id == Einsum.id)
             .join(Device, Measurement.device_id == Device.id)
             .group_by(Einsum.canonical_key, Einsum.canonical_text, Einsum.spec_json,
-                      Device.key, Device.name))
-    merged: dict[tuple[str, str], Group] = {}
+                      Device.key, Device.name, Measurement.lengths_key))
+    found: dict[tuple[str, str], dict[str, Any]] = {}
     for store in _stores(db):
         with store.reading("summarising") as conn:
-            for ck, text, sj, dk, dn, n, n_ok, nl, gf in conn.execute(stmt):
-                old = merged.get((ck, dk))
-                if old is not None:
-                    gf = max((g for g in (gf, old.best_gflops) if g is not None), default=None)
-                    n, n_ok, nl = n + old.records, (n_ok or 0) + old.ok, max(nl, old.lengths)
-                merged[(ck, dk)] = Group(ck, text, einsum_label(sj, ck), dk, dn, int(n),
-                                         int(n_ok or 0), int(nl),
-                                         None if gf is None else float(gf))
-    return sorted(merged.values(), key=lambda g: (g.device_name, g.label, g.canonical_key))
+            rows = conn.execute(stmt).all()
+        for ck, text, sj, dk, dn, lk, n, n_ok, t, gf in rows:
+            g = found.setdefault((ck, dk), {"text": text, "spec": sj, "name": dn, "n": 0,
+                                            "ok": 0, "lengths": set(), "gflops": None})
+            g["n"] += n
+            g["ok"] += n_ok or 0
+            g["lengths"].add(lk)
+            rate = derived(ck, sj, lk, t, None, None, gf)[2]
+            if rate is not None and (g["gflops"] is None or rate > g["gflops"]):
+                g["gflops"] = rate
+    out = [Group(ck, g["text"], einsum_label(g["spec"], ck), dk, g["name"], int(g["n"]),
+                 int(g["ok"]), len(g["lengths"]), g["gflops"])
+           for (ck, dk), g in found.items()]
+    return sorted(out, key=lambda g: (g.device_name, g.label, g.canonical_key))

@@ -203,7 +203,9 @@ class Measurement(Base):
     spread: Mapped[float | None] = mapped_column(Float)
     flops: Mapped[float | None] = mapped_column(Float)
     bytes: Mapped[float | None] = mapped_column(Float)
-    #: flops / min_time (before revision 0003 new records had flops / median_time).
+    #: flops / min_time (before revision 0003 new records had flops / median_time). As
+    #: measured: readers derive flops and GFLOP/s from the einsum (``rates.py``), older
+    #: records having counted every term of the full index space.
     gflops: Mapped[float | None] = mapped_column(Float)
     validation_error: Mapped[float | None] = mapped_column(Float)
     message: Mapped[str | None] = mapped_column(Text)

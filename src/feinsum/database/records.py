@@ -364,7 +364,11 @@ def upgrade_timing(values: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class Record:
-    """One stored measurement, as :func:`query` and :func:`best` return it."""
+    """One stored measurement, as :func:`query` and :func:`best` return it.
+
+    ``flops``, ``bytes`` and ``gflops`` are derived from the einsum at the record's lengths
+    when it is read (the flops of the cheapest contraction order over ``min_time``, as the
+    autotuner counts them now), whatever count was stored when it was measured."""
 
     id: int
     uid: str
