@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,18 +66,39 @@ def find_record(db: Database, ref: str) -> Record:
                         "show record ids")
 
 
-def einsum_text(db: Database, canonical_key: str) -> tuple[str, str] | None:
-    """(canonical text, canonical spec JSON) of an einsum the database knows."""
+def _einsum_rows(db: Database, canonical_key: str, *columns: Any) -> Iterator[Any]:
+    """The einsum's row in the user's database, then in the shipped records."""
     import sqlalchemy as sa
 
     from feinsum.database.models import Einsum
 
     for store in _stores(db):
         with store.reading("reading an einsum") as conn:
-            row = conn.execute(sa.select(Einsum.canonical_text, Einsum.spec_json)
+            row = conn.execute(sa.select(*columns)
                                .where(Einsum.canonical_key == canonical_key)).first()
         if row is not None:
-            return str(row[0]), str(row[1])
+            yield row
+
+
+def einsum_text(db: Database, canonical_key: str) -> tuple[str, str] | None:
+    """(canonical text, canonical spec JSON) of an einsum the database knows."""
+    from feinsum.database.models import Einsum
+
+    for row in _einsum_rows(db, canonical_key, Einsum.canonical_text, Einsum.spec_json):
+        return str(row[0]), str(row[1])
+    return None
+
+
+def einsum_origin_of(db: Database, canonical_key: str) -> dict[str, Any] | None:
+    """How an einsum was first recorded (:mod:`feinsum.database.origins`): the user's
+    database's, else the shipped records'; None if neither knows."""
+    from feinsum.database.models import Einsum
+    from feinsum.database.origins import parse_origin
+
+    for (text,) in _einsum_rows(db, canonical_key, Einsum.origin_json):
+        found = parse_origin(text)
+        if found is not None:
+            return found
     return None
 
 

@@ -181,7 +181,11 @@ class _Run:
                     f"{dev!r}: tune it (`feinsum tune --kernel ...`, or on_miss='tune') or "
                     "pass on_miss='default'")
             if self.opts.on_miss == "tune":
-                answer, note, tuned_here = self.tune(e_at, m.canonical_key)
+                from feinsum.database import einsum_origin
+
+                origin = einsum_origin(e, fixed, kernel=m.kernel_name,
+                                       statements=m.all_insn_ids)
+                answer, note, tuned_here = self.tune(e_at, m.canonical_key, origin)
                 notes.append(note)
                 action = "tuned" if tuned_here else "replayed"
         rec = answer.record
@@ -230,9 +234,10 @@ class _Run:
                                 note="; ".join(n for n in notes if n))
         return t_unit, replace(base, action="failed", note="; ".join(notes))
 
-    def tune(self, e: BatchedEinsum, key: str) -> tuple[Answer, str, bool]:
-        """Tune *e* unless another process does: the answer afterwards, a note, and whether
-        this process tuned."""
+    def tune(self, e: BatchedEinsum, key: str, origin: Mapping[str, Any]
+             ) -> tuple[Answer, str, bool]:
+        """Tune *e* (found where *origin* says) unless another process does: the answer
+        afterwards, a note, and whether this process tuned."""
         from feinsum.hook.locks import TuningLock, lock_directory
 
         if self.db is None:
@@ -255,7 +260,8 @@ class _Run:
 
             dev = self.dev if self.dev is not None else _cl_device(self.info)
             autotune(e, device=dev, db=self.db, budget=self.opts.budget,
-                     time_limit=self.opts.time_limit, progress=False, peers=False)
+                     time_limit=self.opts.time_limit, progress=False, peers=False,
+                     origin=origin)
             self.tuned = True
             return self.best(e), "", True
         finally:

@@ -115,11 +115,13 @@ class TuningResult:
 class _Records:
     """The tuning run's view of the database: records of this einsum, lengths and device."""
 
-    def __init__(self, db: Any, einsum: BatchedEinsum, target: Target, device: DeviceInfo):
+    def __init__(self, db: Any, einsum: BatchedEinsum, target: Target, device: DeviceInfo,
+                 origin: Mapping[str, Any] | None = None):
         self.db = db
         self.einsum = einsum
         self.target = target
         self.device = device
+        self.origin = origin
 
     def records(self, recipe_name: str, version: str) -> list[Any]:
         if self.db is None:
@@ -142,8 +144,13 @@ class _Records:
             spread=t.spread if t else None, flops=m.flops, bytes=m.nbytes,
             validation_error=m.validation_error, message=m.message or None,
             started_at=_dt.datetime.fromtimestamp(m.started_at, _dt.UTC)
-            if m.started_at else None,
+            if m.started_at else None, origin=self.origin,
         ))
+
+    def add_peers(self, times: Mapping[str, float]) -> None:
+        if self.db is not None and times:
+            self.db.add_peer_timings(self.einsum, self.device, times,
+                                     lengths=self.target.lengths, origin=self.origin)
 
 
 def _from_record(r: Any, target: Target, spread_limit: float, roofline: Roofline | None
@@ -258,6 +265,7 @@ def autotune(
     baseline: bool = True,
     callback: Callable[[Measurement], None] | None = None,
     fixed: Mapping[str, Mapping[str, Any]] | None = None,
+    origin: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> TuningResult:
     """Tune *einsum* on *device*: search the applicable recipes' configurations, measure
@@ -280,6 +288,8 @@ def autotune(
     :arg callback: called with every new measurement (after it is recorded).
     :arg fixed: per recipe name, parameters pinned to a value (``{"generic": {"vec":
         False}}``): only the others are searched.
+    :arg origin: how the einsum was given, recorded with it the first time
+        (:func:`feinsum.database.einsum_origin`; default: *einsum* and *lengths* as given).
     :arg options: :class:`~feinsum.measurement.MeasureOptions` fields (``min_samples``,
         ``min_time``, ``build_timeout``, ``run_timeout``, ``validate_full``, ...).
     """
@@ -302,8 +312,12 @@ def autotune(
     store = None if db is False else db
     opts = MeasureOptions().with_overrides(**options)
     target = Target.make(einsum, lengths)
+    if store is not None and origin is None:
+        from feinsum.database import einsum_origin
+
+        origin = einsum_origin(einsum, lengths)
     records = _Records(store, einsum.with_lengths(dict(lengths)) if lengths else einsum,
-                       target, info)
+                       target, info, origin)
     chosen, skipped = _resolve_recipes(recipes, target.spec, info, recipe_path)
     if not chosen and not baseline:
         raise TuningError(f"no recipe applies to {einsum}: "
@@ -315,6 +329,7 @@ def autotune(
         inputs = random_inputs(target.spec, target.lengths, opts.seed)
         peer_times = time_peers(target.spec.with_lengths(target.lengths), inputs,
                                 min_samples=opts.min_samples, min_time=opts.min_time)
+        records.add_peers(peer_times)
 
     if budget is None and strategy != "exhaustive":
         budget = DEFAULT_BUDGET
