@@ -291,12 +291,14 @@ def test_report(filled_db: Path, tmp_path: Path) -> None:
     png, svg, page = tmp_path / "r.png", tmp_path / "r.svg", tmp_path / "r.html"
     d = as_json(feinsum("report", "-o", str(png), "--html", str(page), "--json",
                         db=filled_db))
-    (row,) = d["rows"]
+    (row,) = d["points"]
     assert row["speedup"] == pytest.approx(4e-5 / 1e-5) and row["recipe"] == "generic"
+    assert row["lengths"] == "e=1024" and row["einsum"] == "ij,ej->ei"  # its own names
     assert png.read_bytes().startswith(b"\x89PNG")
     html = page.read_text()
-    assert "<svg" in html and "generic" in html and "<script" not in html
-    assert "src=" not in html  # self-contained
+    assert 'src="data:image/png;base64,' in html and "generic" in html
+    assert "<script>" in html and "sortable" in html
+    assert "http://" not in html and "https://" not in html  # self-contained
     feinsum("report", "-o", str(svg), db=filled_db)
     assert "<svg" in svg.read_text()
     text = feinsum("report", "--no-plot", db=filled_db).stdout

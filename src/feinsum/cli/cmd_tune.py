@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
 
     # recorded with the einsum: the user's subscripts and symbols, or the kernel's statements
     origin = einsum_origin(spec, lengths, kernel=None if found is None else found.kernel_name,
-                           statements=() if found is None else found.all_insn_ids)
+                           statements=() if found is None else found.all_insn_ids,
+                           file=args.kernel)
     progress = not (args.json or args.quiet)
     result = autotune(
         spec, device=device, db=db, recipes=args.recipe, strategy=args.strategy,

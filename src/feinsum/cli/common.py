@@ -48,6 +48,13 @@ def fmt_float(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}g}"
 
 
+def fmt_rate(x: float | None) -> str:
+    """Three significant digits, thousands in full (``12,400``, not ``1.24e+04``)."""
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+
 def record_dict(r: Any) -> dict[str, Any]:
     """A :class:`~feinsum.database.Record` as JSON data."""
     from dataclasses import asdict

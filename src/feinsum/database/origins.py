@@ -21,9 +21,11 @@ ORIGIN_VERSION = 1
 
 
 def einsum_origin(einsum: BatchedEinsum, lengths: Mapping[str, int] | None = None, *,
-                  kernel: str | None = None, statements: Sequence[str] = ()) -> dict[str, Any]:
+                  kernel: str | None = None, statements: Sequence[str] = (),
+                  file: str | None = None) -> dict[str, Any]:
     """The origin of *einsum* as the user gave it (its length symbols free, *lengths* their
-    values where it was measured), found in *kernel*'s *statements* if given."""
+    values where it was measured), found in *kernel*'s *statements* if given, of the kernel
+    file *file* (``FILE.py[:NAME]``, as ``--kernel`` names it) if given."""
     from feinsum.canonical import canonical_lengths, canonicalize, isomorphism
     from feinsum.errors import FeinsumError
     from feinsum.serialize import spec_to_json
@@ -48,6 +50,8 @@ def einsum_origin(einsum: BatchedEinsum, lengths: Mapping[str, int] | None = Non
     if kernel is not None:
         out["kernel"] = kernel
         out["statements"] = list(statements)
+    if file is not None:
+        out["file"] = file
     return out
 
 
@@ -65,8 +69,9 @@ def parse_origin(text: str | None) -> dict[str, Any] | None:
 
 
 def einsum_label(origin: Mapping[str, Any] | None, fallback: str) -> str:
-    """``"xre,rij,xej->ei x4"`` (rows, a reduction other than sum), preceded by
-    ``kernel:statement`` for an einsum found in a kernel; *fallback* without an origin."""
+    """``"xre,rij,xej->ei x4"`` (rows, a reduction other than sum), preceded for an einsum
+    found in a kernel by the kernel file as the user named it (``workloads.py:gaussian``),
+    else by ``kernel:statement``; *fallback* without an origin."""
     if origin is None:
         return fallback
     text = str(origin["subscripts"])
@@ -75,8 +80,10 @@ def einsum_label(origin: Mapping[str, Any] | None, fallback: str) -> str:
         text += f" x{nrows}"
     if origin.get("reduction", "sum") != "sum":
         text += f" {origin['reduction']}"
-    kernel = origin.get("kernel")
-    if isinstance(kernel, str):
+    kernel, file = origin.get("kernel"), origin.get("file")
+    if isinstance(file, str):
+        text = f"{file.replace(chr(92), '/').rsplit('/', 1)[-1]} {text}"
+    elif isinstance(kernel, str):
         statements = origin.get("statements") or []
         text = f"{kernel}:{'+'.join(map(str, statements))} {text}"
     return text
