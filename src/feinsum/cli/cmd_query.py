@@ -11,7 +11,9 @@ from feinsum.cli.common import (
     add_json_argument,
     emit_json,
     fmt_float,
+    fmt_rate,
     lengths_text,
+    nothing_found,
     params_text,
     print_table,
     record_dict,
@@ -75,7 +77,7 @@ def _query(args: argparse.Namespace) -> int:
                            lengths=lengths, limit=args.limit)
     if args.json:
         emit_json([record_dict(r) for r in records])
-        return 0
+        return 0 if records else nothing_found("query", "no record matches")
     from feinsum.canonical import canonical_key
 
     print_table(
@@ -83,9 +85,9 @@ def _query(args: argparse.Namespace) -> int:
         ["record", "device", "lengths", "recipe", "status", "min ms", "median ms",
          "GFLOP/s", "configuration"],
         [[f"{r.source}#{r.id}", r.device_name, lengths_text(r.lengths), r.recipe_name,
-          r.status, _ms(r.min_time), _ms(r.median_time), fmt_float(r.gflops),
+          r.status, _ms(r.min_time), _ms(r.median_time), fmt_rate(r.gflops),
           params_text(r.params)] for r in records])
-    return 0
+    return 0 if records else nothing_found("query", "no record matches")
 
 
 def _ms(seconds: float | None) -> str:
@@ -126,7 +128,7 @@ def _best(args: argparse.Namespace) -> int:
                           if choices else {"recipe": None, "why": why})
     if args.json:
         emit_json(out)
-        return 0
+        return 0 if answer.record is not None else nothing_found("best", "no record")
     print(f"{spec.subscripts} on {info.name}: rung {answer.rung}")
     r = answer.record
     if r is not None:
@@ -135,7 +137,7 @@ def _best(args: argparse.Namespace) -> int:
         print(f"  recipe    {r.recipe_name} {r.recipe_version}")
         print(f"  config    {params_text(r.params, 400)}")
         print(f"  speed     {_ms(r.min_time)} ms min (median {_ms(r.median_time)} ms), "
-              f"{fmt_float(r.gflops)} GFLOP/s")
+              f"{fmt_rate(r.gflops)} GFLOP/s")
     else:
         d = out["default"]
         if d["recipe"] is None:
@@ -143,4 +145,4 @@ def _best(args: argparse.Namespace) -> int:
         else:
             print(f"  no record: the hook would apply {d['recipe']}'s default "
                   f"({params_text(d['params'], 400)})")
-    return 0
+    return 0 if r is not None else nothing_found("best", "no record")

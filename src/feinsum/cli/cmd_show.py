@@ -10,6 +10,7 @@ from feinsum.cli.common import (
     add_json_argument,
     emit_json,
     fmt_float,
+    fmt_rate,
     lengths_text,
     record_dict,
 )
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         ("median", "-" if r.median_time is None else f"{r.median_time * 1e3:.4g} ms"
          f" (min {fmt_float(None if r.min_time is None else r.min_time * 1e3, 4)} ms, "
          f"spread {fmt_float(r.spread)}, {r.sample_count} samples)"),
-        ("GFLOP/s", fmt_float(r.gflops)),
+        ("GFLOP/s", fmt_rate(r.gflops)),
         ("flops/bytes", f"{fmt_float(r.flops)} / {fmt_float(r.bytes)}"),
         ("validation", fmt_float(r.validation_error)),
         ("measured", f"{r.measured_at:%Y-%m-%d %H:%M:%S} UTC on {r.host}"),

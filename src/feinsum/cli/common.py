@@ -44,6 +44,16 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
     Console(width=160 if not sys.stdout.isatty() else None).print(table)
 
 
+#: The exit code of a command that found nothing (as grep does) or met a user error.
+NOTHING_FOUND = 1
+
+
+def nothing_found(command: str, message: str) -> int:
+    """Say on stderr that *command* found nothing, and return its exit code (1)."""
+    print(f"feinsum {command}: {message}", file=sys.stderr)
+    return NOTHING_FOUND
+
+
 def fmt_float(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}g}"
 

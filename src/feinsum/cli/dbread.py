@@ -135,7 +135,8 @@ def pick_device(db: Database, text: str | None) -> DeviceInfo | None:
 
 @dataclass(frozen=True)
 class Group:
-    """The records of one einsum on one device."""
+    """The records of one einsum on one device; ``label``: its subscripts as first
+    recorded (else the canonical ones)."""
 
     canonical_key: str
     canonical_text: str
@@ -155,32 +156,36 @@ def groups(db: Database) -> list[Group]:
 
     from feinsum.cli.common import einsum_label
     from feinsum.database.models import Device, Einsum, Measurement
+    from feinsum.database.origins import einsum_label as user_label
+    from feinsum.database.origins import parse_origin
     from feinsum.database.rates import derived
 
     ok = sa.case((Measurement.status == "ok", 1), else_=0)
     fastest = sa.func.min(sa.case((Measurement.status == "ok", Measurement.min_time)))
     stored = sa.func.max(sa.case((Measurement.status == "ok", Measurement.gflops)))
     stmt = (sa.select(Einsum.canonical_key, Einsum.canonical_text, Einsum.spec_json,
-                      Device.key, Device.name, Measurement.lengths_key,
+                      Einsum.origin_json, Device.key, Device.name, Measurement.lengths_key,
                       sa.func.count(), sa.func.sum(ok), fastest, stored)
             .join(Einsum, Measurement.einsum_id == Einsum.id)
             .join(Device, Measurement.device_id == Device.id)
             .group_by(Einsum.canonical_key, Einsum.canonical_text, Einsum.spec_json,
-                      Device.key, Device.name, Measurement.lengths_key))
+                      Einsum.origin_json, Device.key, Device.name, Measurement.lengths_key))
     found: dict[tuple[str, str], dict[str, Any]] = {}
     for store in _stores(db):
         with store.reading("summarising") as conn:
             rows = conn.execute(stmt).all()
-        for ck, text, sj, dk, dn, lk, n, n_ok, t, gf in rows:
+        for ck, text, sj, oj, dk, dn, lk, n, n_ok, t, gf in rows:
             g = found.setdefault((ck, dk), {"text": text, "spec": sj, "name": dn, "n": 0,
-                                            "ok": 0, "lengths": set(), "gflops": None})
+                                            "ok": 0, "lengths": set(), "gflops": None,
+                                            "origin": None})
+            g["origin"] = g["origin"] or parse_origin(oj)
             g["n"] += n
             g["ok"] += n_ok or 0
             g["lengths"].add(lk)
             rate = derived(ck, sj, lk, t, None, None, gf)[2]
             if rate is not None and (g["gflops"] is None or rate > g["gflops"]):
                 g["gflops"] = rate
-    out = [Group(ck, g["text"], einsum_label(g["spec"], ck), dk, g["name"], int(g["n"]),
-                 int(g["ok"]), len(g["lengths"]), g["gflops"])
+    out = [Group(ck, g["text"], user_label(g["origin"], einsum_label(g["spec"], ck)), dk,
+                 g["name"], int(g["n"]), int(g["ok"]), len(g["lengths"]), g["gflops"])
            for (ck, dk), g in found.items()]
     return sorted(out, key=lambda g: (g.device_name, g.label, g.canonical_key))
