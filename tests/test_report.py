@@ -209,12 +209,15 @@ def test_report_figure(user_db: Path, tmp_path: Path) -> None:
 
 
 def chromium_or_skip() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        found = os.environ.get("FEINSUM_CHROMIUM") or shutil.which(name)
+    """The browser: ``$FEINSUM_CHROMIUM`` (set by ``.ci/run``), else one on PATH."""
+    names = [os.environ.get("FEINSUM_CHROMIUM") or "", "chromium", "chromium-browser",
+             "google-chrome", "google-chrome-stable"]
+    for name in filter(None, names):
+        found = shutil.which(name)
         if found:
             return found
-    reason = ("no Chromium to open the report page with (Debian: apt-get install chromium; "
-              "or set FEINSUM_CHROMIUM=/path/to/chrome)")
+    reason = ("no Chromium to open the report page with (Debian: apt-get install chromium, "
+              "or bash .ci/install-chromium.sh; or set FEINSUM_CHROMIUM=/path/to/chrome)")
     if os.environ.get(CHROMIUM_REQUIRE_ENV) == "1":
         pytest.fail(f"{reason}; {CHROMIUM_REQUIRE_ENV}=1 forbids skipping")
     pytest.skip(reason)
