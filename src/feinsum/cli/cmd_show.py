@@ -11,7 +11,6 @@ from feinsum.cli.common import (
     emit_json,
     fmt_float,
     fmt_rate,
-    lengths_text,
     record_dict,
 )
 
@@ -54,11 +53,14 @@ def generated_code(db: Any, r: Any) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from feinsum.cli.dbread import einsum_text, find_record, open_db
+    from feinsum.cli.common import einsum_label as short_label
+    from feinsum.cli.dbread import einsum_origin_of, einsum_text, find_record, open_db
+    from feinsum.database.origins import einsum_label, lengths_label
 
     with open_db(args.db) as db:
         r = find_record(db, args.record)
         text = einsum_text(db, r.canonical_key)
+        origin = einsum_origin_of(db, r.canonical_key)
         code, note = (None, "") if args.no_code else generated_code(db, r)
     if args.json:
         d = record_dict(r)
@@ -67,9 +69,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows: list[tuple[str, Any]] = [
         ("record", f"{r.source}#{r.id}  (uid {r.uid})"),
-        ("einsum", r.canonical_key),
+        ("einsum", f"{einsum_label(origin, short_label(text, r.canonical_key))}  "
+                   f"({r.canonical_key})"),
         ("canonical", "-" if text is None else text[0].replace("\n", "\n" + " " * 16)),
-        ("lengths", lengths_text(r.lengths)),
+        ("lengths", lengths_label(origin, r.lengths)),
         ("device", f"{r.device_name} ({r.device_type}, {r.platform_name}, driver "
                    f"{r.driver_version})"),
         ("recipe", f"{r.recipe_name} {r.recipe_version}"),

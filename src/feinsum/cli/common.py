@@ -99,8 +99,10 @@ def short_subscripts(e: Any) -> str:
     return f"{ins}->{''.join(names[i] for i in e.out_indices)}"
 
 
-def einsum_label(spec_json: str | None, fallback: str) -> str:
-    """A short label of a stored canonical spec (its subscripts, rows and reduction)."""
+def einsum_label(spec: str | tuple[str, str] | None, fallback: str) -> str:
+    """A short label of a stored canonical spec (its subscripts, rows and reduction); *spec*:
+    its JSON, or ``dbread.einsum_text``'s (text, JSON)."""
+    spec_json = spec[1] if isinstance(spec, tuple) else spec
     if spec_json is None:
         return fallback
     from feinsum.serialize import spec_from_json

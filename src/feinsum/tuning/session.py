@@ -343,7 +343,11 @@ def autotune(
         old = records.records(UNTRANSFORMED, untransformed_version())
         base_m = _from_record(old[0], target, opts.spread_limit, roof) if old else None
 
-    title = f"{einsum.subscripts} at {target.lengths}" if target.lengths else einsum.subscripts
+    title = einsum.subscripts
+    if target.lengths:  # in the user's names where the origin has them (E=2048, not n0=2048)
+        from feinsum.database.origins import lengths_label
+
+        title += f" at {lengths_label(origin, target.lengths)}"
     run = _Run(target, info, arms, records, opts, roof, budget, time_limit, t_start,
                callback)
     new, measured_base = run.search(workers, title, progress,
