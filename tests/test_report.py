@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from database_support import make_device
 
 import feinsum
 from feinsum.cli import main
@@ -41,15 +42,9 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 
 
 def _device() -> Any:
-    from feinsum.devices import DeviceInfo
-
-    return DeviceInfo(
-        platform_name="Test Platform", platform_version="OpenCL 3.0 test", vendor="TestVendor",
-        name=TEST_DEVICE, driver_version="1.0", opencl_version="OpenCL 3.0", device_type="GPU",
-        compute_units=8, max_work_group_size=1024, max_work_item_sizes=(1024, 1024, 64),
-        local_mem_size=65536, global_mem_size=2**34, max_constant_buffer_size=65536,
-        preferred_vector_width_float=1, preferred_vector_width_double=1,
-        native_vector_width_float=1, native_vector_width_double=1, has_fp64=True)
+    return make_device(vendor="TestVendor", name=TEST_DEVICE, device_type="GPU",
+                       compute_units=8, native_vector_width_float=1,
+                       native_vector_width_double=1)
 
 
 def _divergence() -> Any:
