@@ -2,9 +2,11 @@
 filters, and its HTML page opened in a real browser (headless Chromium).
 
 The browser test keeps its screenshot of the page, ``report-page.png``, in its pytest
-temporary directory (``<basetemp>/report-browser0/``; pytest prints ``basetemp`` with
-``--basetemp`` or keeps the last three under ``/tmp/pytest-of-$USER``); it skips where no
-Chromium is installed, unless ``FEINSUM_REQUIRE_CHROMIUM=1`` (set by ``.ci/run``).
+temporary directory: ``<basetemp>/report-browser0/report-page.png``, under xdist
+``<basetemp>/popen-gw<N>/report-browser0/`` (``basetemp``: ``--basetemp DIR``, else
+``/tmp/pytest-of-$USER/pytest-<run>``, of which pytest keeps the last three); it prints the
+path (``pytest -rP`` shows it). It skips where no Chromium is installed, unless
+``FEINSUM_REQUIRE_CHROMIUM=1`` (set by ``.ci/run``).
 """
 
 from __future__ import annotations
@@ -268,7 +270,7 @@ def test_report_page_in_chromium(user_db: Path, shipped: None,
     html = page.read_text()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)  # nothing fetched
     shot = where / "report-page.png"
-    p = _headless(chromium, "--window-size=1400,2600", f"--screenshot={shot}",
+    p = _headless(chromium, "--window-size=1900,3000", f"--screenshot={shot}",
                   page.as_uri())
     assert shot.is_file(), p.stderr[-2000:]
     print(f"screenshot of the report page: {shot}")
@@ -294,7 +296,7 @@ def _looks_rendered(png: Path) -> None:
     import matplotlib.image
 
     img = matplotlib.image.imread(str(png))[..., :3]
-    assert img.shape[0] >= 2000 and img.shape[1] >= 1300
+    assert img.shape[0] >= 2500 and img.shape[1] >= 1800
     spread = img.max(axis=2) - img.min(axis=2)
     colourful = (spread > 0.3).mean()  # the points and arrows (tab10 colours)
     dark = (img.max(axis=2) < 0.3).mean()  # text, axes, roofs
