@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from feinsum.errors import FeinsumError
+from feinsum.roofline import PEAK_DTYPE
 
 if TYPE_CHECKING:
     from feinsum.database import Database, Record
@@ -107,8 +108,10 @@ class Panel:
 
     @property
     def peak(self) -> float | None:
-        """GFLOP/s."""
-        p = None if self.roofline is None else self.roofline.peak(self.dtype)
+        """GFLOP/s (None without a roofline, or for a dtype without a peak)."""
+        if self.roofline is None or self.dtype not in PEAK_DTYPE:
+            return None
+        p = self.roofline.peak(self.dtype)
         return None if p is None else p / 1e9
 
     @property
@@ -175,7 +178,7 @@ def collect(db: Database, *, device: str | None = None, einsum: str | None = Non
                     continue
                 base = next((r for r in group if r.recipe_name == UNTRANSFORMED), None)
                 work = record_work(ck, None if text is None else text[1], lk)
-                dtype = "float64" if work is None else work.dtype
+                dtype = "unknown dtype" if work is None else work.dtype
                 peer = peers.get(lk)
                 point = Point(
                     device_key=dkey, device_name=info.name, dtype=dtype, canonical_key=ck,
@@ -186,7 +189,8 @@ def collect(db: Database, *, device: str | None = None, einsum: str | None = Non
                     intensity=(best.flops / best.bytes if best.flops and best.bytes
                                else None),
                     roof=(roof.attainable(dtype, best.flops, best.bytes) / 1e9
-                          if roof is not None and best.flops and best.bytes else None),
+                          if roof is not None and work is not None and best.flops
+                          and best.bytes else None),
                     untransformed_seconds=None if base is None else base.min_time,
                     peer=None if peer is None else peer[0],
                     peer_seconds=None if peer is None else peer[1])
