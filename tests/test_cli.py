@@ -242,7 +242,8 @@ def test_query(filled_db: Path) -> None:
     assert len(everything) == 3
     assert as_json(feinsum("query", *SPEC, "--recipe", "untransformed", "--json",
                            db=filled_db))[0]["recipe_name"] == "untransformed"
-    assert as_json(feinsum("query", *SPEC, "-l", "E=999", "--json", db=filled_db)) == []
+    assert as_json(feinsum("query", *SPEC, "-l", "E=999", "--json", db=filled_db,
+                           check=1)) == []  # nothing found: exit 1
     assert len(as_json(feinsum("query", *SPEC, "-l", "E=1024", "--limit", "1", "--json",
                                db=filled_db))) == 1
     text = feinsum("query", *SPEC, "--device", "9000", db=filled_db).stdout
@@ -257,7 +258,7 @@ def test_best(filled_db: Path) -> None:
                         db=filled_db))
     assert d["rung"] == "nearest-lengths" and d["distance"] == pytest.approx(2.0)
     d = as_json(feinsum("best", "ij,jk->ik", "-s", "i=8,j=8,k=8", "--device", "9000",
-                        "--json", db=filled_db))
+                        "--json", db=filled_db, check=1))  # no record: exit 1
     assert d["rung"] == "default" and d["record"] is None
     assert d["default"]["recipe"] and isinstance(d["default"]["params"], dict)
     assert "rung exact" in feinsum("best", *SPEC, "-l", "E=1024", "--device", "9000",
@@ -279,24 +280,26 @@ def test_list(filled_db: Path) -> None:
     (g,) = d["groups"]
     assert (g["records"], g["ok"], g["device_name"]) == (3, 2, TEST_DEVICE)
     assert g["best_gflops"] == pytest.approx(2 * 64 * 1024 / 1e-5 / 1e9)  # at min time
-    assert g["label"] == "ab,cb->ca"
-    assert as_json(feinsum("list", "--device", "nomatch", "--json", db=filled_db))[
-        "groups"] == []
+    assert g["label"] == "ij,ej->ei"  # as first recorded, not canonical ("ab,cb->ca")
+    assert as_json(feinsum("list", "--device", "nomatch", "--json", db=filled_db,
+                           check=1))["groups"] == []
     assert as_json(feinsum("list", "--einsum", g["canonical_key"][:12], "--json",
                            db=filled_db))["groups"]
-    assert "ab,cb->ca" in feinsum("list", db=filled_db).stdout
+    assert "ij,ej->ei" in feinsum("list", db=filled_db).stdout
 
 
 def test_report(filled_db: Path, tmp_path: Path) -> None:
     png, svg, page = tmp_path / "r.png", tmp_path / "r.svg", tmp_path / "r.html"
     d = as_json(feinsum("report", "-o", str(png), "--html", str(page), "--json",
                         db=filled_db))
-    (row,) = d["rows"]
+    (row,) = d["points"]
     assert row["speedup"] == pytest.approx(4e-5 / 1e-5) and row["recipe"] == "generic"
+    assert row["lengths"] == "e=1024" and row["einsum"] == "ij,ej->ei"  # its own names
     assert png.read_bytes().startswith(b"\x89PNG")
     html = page.read_text()
-    assert "<svg" in html and "generic" in html and "<script" not in html
-    assert "src=" not in html  # self-contained
+    assert 'src="data:image/png;base64,' in html and "generic" in html
+    assert "<script>" in html and "sortable" in html
+    assert "http://" not in html and "https://" not in html  # self-contained
     feinsum("report", "-o", str(svg), db=filled_db)
     assert "<svg" in svg.read_text()
     text = feinsum("report", "--no-plot", db=filled_db).stdout
@@ -336,6 +339,74 @@ def test_db_commands(filled_db: Path, tmp_path: Path) -> None:
     _one_line_error(feinsum("db", "prune", "--db", str(other), check=None), "criterion")
     _one_line_error(feinsum("db", "import", str(tmp_path / "none.jsonl"), "--db", str(other),
                             check=None))
+
+
+NO_EINSUM_KERNEL = '''
+import numpy as np
+import loopy as lp
+
+knl = lp.make_kernel(
+    "{[i]: 0 <= i < n}", "y[i] = 2 * x[i]  {id=scale}",
+    [lp.GlobalArg("x,y", np.float64, shape=lp.auto), lp.ValueArg("n", np.int32)],
+    name="scale", lang_version=(2018, 2))
+'''
+
+
+def _code(*argv: str) -> int:
+    """The exit code of ``feinsum ARGV`` (in this process: quicker than a subprocess; the
+    console script exits with what main() returns)."""
+    import contextlib
+    import io
+
+    from feinsum.cli import main
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            return main(list(argv))
+        except SystemExit as exc:  # argparse's usage errors
+            return int(exc.code or 0)
+
+
+def test_exit_codes_of_every_command(filled_db: Path, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """0 found or did, 1 found nothing or a user error, 2 a usage error: for every command
+    (docs/cli.rst, "Exit codes")."""
+    monkeypatch.setenv("FEINSUM_DB", str(filled_db))
+    einsum, nothing = tmp_path / "einsum.py", tmp_path / "nothing.py"
+    einsum.write_text(KERNEL_FILE)
+    nothing.write_text(NO_EINSUM_KERNEL)
+    export = tmp_path / "all.jsonl"
+    cases = {
+        ("feinsum",): 2, ("--version",): 0,
+        ("devices", "--db", ":memory:"): 0, ("devices", "--bogus"): 2,
+        ("tune", *SPEC, "--no-db"): 1, ("tune", "ij->i", "--strategy", "magic"): 2,
+        ("match", str(einsum)): 0, ("match", str(nothing)): 1,
+        ("match", str(nothing), "--json"): 1, ("match",): 2,
+        ("query", *SPEC): 0, ("query", *SPEC, "-l", "E=7"): 1, ("query", "--limit"): 2,
+        ("best", *SPEC, "-l", "E=1024", "--device", "9000"): 0,
+        ("best", "ij,jk->ik", "-s", "i=8,j=8,k=8", "--device", "9000"): 1,
+        ("best", *SPEC, "--bogus"): 2,
+        ("show", "1", "--no-code"): 0, ("show", "4711"): 1, ("show",): 2,
+        ("list",): 0, ("list", "--einsum", "zzz"): 1, ("list", "--min-records", "x"): 2,
+        ("report", "--no-plot"): 0, ("report", "--no-plot", "--einsum", "zzz"): 1,
+        ("report", "--no-plot", "--since", "soon"): 1, ("report", "--bogus"): 2,
+        ("db", "info"): 0, ("db", "export", str(export)): 0,
+        ("db", "export", str(tmp_path / "none.jsonl"), "--recipe", "zzz"): 1,
+        ("db", "import", str(tmp_path / "missing.jsonl")): 1,
+        ("db", "prune", "--db", str(tmp_path / "p.sqlite")): 1, ("db",): 2,
+        ("db", "upgrade", str(tmp_path / "new.sqlite")): 0,
+    }
+    got = {argv: _code(*argv[argv[0] == "feinsum":]) for argv in cases}
+    assert got == cases
+
+
+def test_devices_without_a_usable_one_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    import feinsum.devices
+
+    real = feinsum.devices.all_devices
+    monkeypatch.setattr(feinsum.devices, "all_devices",
+                        lambda: [(d, "cannot build kernels") for d, _ in real()])
+    assert _code("devices", "--db", ":memory:") == 1
 
 
 def test_devices() -> None:

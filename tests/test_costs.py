@@ -132,6 +132,21 @@ def test_contraction_flops_of_the_dg_family() -> None:
     assert contraction_flops(fs.einsum("ifj,fe,fej->ei", L, Jf, v), n) == 10 * (60 + 4200)
 
 
+def test_the_autotuner_rates_the_cheapest_contraction_order() -> None:
+    """The tune table's GFLOP/s (its target's flops) and the records' are the same count."""
+    from feinsum.costs import roofline_work
+    from feinsum.measurement import Target
+
+    f8 = np.float64
+    div = fs.einsum("xre,rij,xej->ei", fs.array("J", (3, 3, "E"), f8),
+                    fs.array("D", (3, 35, 35), f8), fs.array("u", (3, "E", 35), f8))
+    target = Target.make(div, {"E": 2048})
+    work = roofline_work(div, {"E": 2048})
+    assert target.flops == work.flops == contraction_flops(div, {"E": 2048})
+    assert target.nbytes == work.bytes == cost(div, {"E": 2048}).bytes
+    assert target.dtype == work.dtype == "float64"
+
+
 def test_contraction_flops_never_exceed_the_naive_count() -> None:
     a, b = fs.array("a", (6, 5), np.float32), fs.array("b", (5, 4), np.float32)
     for e in (fs.einsum("ij,jk->ik", a, b), fs.einsum("ij,ij->ij", a, a),

@@ -164,6 +164,31 @@ def test_roofline_microbenchmarks_and_reuse(monkeypatch):
     assert r1.attainable("float32", 1e12, 1.0) == r1.peak_flops["float32"]
     assert math.isclose(r1.fraction("float32", 1e12, 1.0, 1e12 / r1.peak_flops["float32"]),
                         1.0)
+    # a roofline stored by older microbenchmarks is measured again (and replaced)
+    store.data[r1.device_key] = {**r1.as_dict(), "version": 1}
+    r3 = rl.measure_roofline(db=store)
+    assert len(calls) == 2 and r3.version == rl.ROOFLINE_VERSION
+    assert store.data[r1.device_key]["version"] == rl.ROOFLINE_VERSION
+
+
+def test_fma_variants_follow_the_native_vector_width() -> None:
+    from dataclasses import replace
+
+    from feinsum.devices import DeviceInfo
+    from feinsum.roofline import _fma_variants
+
+    avx2 = DeviceInfo(
+        platform_name="p", platform_version="v", vendor="x", name="cpu", driver_version="1",
+        opencl_version="OpenCL 3.0", device_type="CPU", compute_units=2,
+        max_work_group_size=4096, max_work_item_sizes=(4096, 4096, 4096),
+        local_mem_size=65536, global_mem_size=2**33, max_constant_buffer_size=65536,
+        preferred_vector_width_float=8, preferred_vector_width_double=4,
+        native_vector_width_float=8, native_vector_width_double=4, has_fp64=True)
+    # 8 or 12 vector registers of accumulators: double4 x 8/12, double8 x 4/6
+    assert _fma_variants(avx2, "float64") == [(4, (8, 12)), (8, (4, 6))]
+    assert _fma_variants(avx2, "float32") == [(8, (8, 12)), (16, (4, 6))]
+    gpu = replace(avx2, native_vector_width_float=1, native_vector_width_double=1)
+    assert _fma_variants(gpu, "float32") == [(1, (8, 12)), (2, (4, 6))]
 
 
 # }}}

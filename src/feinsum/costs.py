@@ -302,4 +302,25 @@ def contraction_flops(e: BatchedEinsum, lengths: Mapping[str, int] | None = None
     return min(naive, best[full] * e.nrows)
 
 
+@dataclass(frozen=True)
+class RooflineWork:
+    """What a measurement's GFLOP/s and roofline point are computed from."""
+
+    #: :func:`contraction_flops`: no kernel needs more, so no correctly measured rate of it
+    #: can exceed the device's peak.
+    flops: int
+    #: :func:`cost`'s bytes: every array's footprint, once.
+    bytes: int
+    #: The dtype doing most of the arithmetic (whose peak bounds the rate).
+    dtype: str
+
+
+def roofline_work(e: BatchedEinsum, lengths: Mapping[str, int] | None = None) -> RooflineWork:
+    """The flops, bytes and dtype by which the autotuner, the database's records and the
+    reports rate *e* (every length fixed, or given by *lengths*)."""
+    c = cost(e, lengths)
+    dtype = max(c.flops, key=c.flops.__getitem__) if c.flops else e.value_dtype(0).name
+    return RooflineWork(contraction_flops(e, lengths), c.bytes, dtype)
+
+
 # vim: foldmethod=marker

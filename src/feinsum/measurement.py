@@ -209,7 +209,9 @@ class Measurement:
 
 @dataclass(frozen=True)
 class Target:
-    """A canonical einsum at fixed lengths: what every candidate of one tuning run computes."""
+    """A canonical einsum at fixed lengths: what every candidate of one tuning run computes.
+    ``flops``, ``nbytes`` and ``dtype`` are :func:`feinsum.costs.roofline_work`'s (the flops
+    of the cheapest contraction order)."""
 
     spec: BatchedEinsum
     lengths: dict[str, int]
@@ -222,7 +224,7 @@ class Target:
     def make(cls, einsum: BatchedEinsum, lengths: Mapping[str, int] | None = None) -> Target:
         """Canonicalise *einsum* (its symbols fixed by *lengths*, if any)."""
         from feinsum.canonical import canonical_key, canonical_lengths, canonicalize
-        from feinsum.costs import cost
+        from feinsum.costs import roofline_work
 
         e = einsum.with_lengths(dict(lengths)) if lengths else einsum
         if e.length_symbols:
@@ -235,11 +237,9 @@ class Target:
                               "yet (time them with their recipe's benchmark)")
         spec = canonicalize(e)
         clen = {k: int(v) for k, v in canonical_lengths(e).items()}
-        c = cost(e)
-        # the roofline's flop peak is that of the dtype doing most of the arithmetic
-        dtype = max(c.flops, key=c.flops.__getitem__) if c.flops else e.value_dtype(0).name
-        return cls(spec=spec, lengths=clen, key=canonical_key(e), flops=float(c.total_flops),
-                   nbytes=float(c.bytes), dtype=dtype)
+        w = roofline_work(e)
+        return cls(spec=spec, lengths=clen, key=canonical_key(e), flops=float(w.flops),
+                   nbytes=float(w.bytes), dtype=w.dtype)
 
 
 @dataclass(frozen=True)

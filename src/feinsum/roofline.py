@@ -7,9 +7,20 @@ figures here are what this device delivered to simple, well-vectorised OpenCL ke
 * bandwidth: ``copy`` (``b[i] = a[i]``, 2 words moved per element) and ``triad``
   (``a[i] = b[i] + s*c[i]``, 3 words), counting bytes read plus bytes written, each run with
   several vector widths; the peak is the best of all;
-* flop rate: independent chains of fused multiply-adds (``x = x*a + b``, 2 flops), several
-  accumulators per work-item and several vector widths, per real dtype. Complex dtypes use
-  the peak of their real part (feinsum counts complex arithmetic in real flops).
+* flop rate: independent chains of multiply-adds (``x = x*a + b``, 2 flops, which the
+  OpenCL compiler contracts to one fused multiply-add), per real dtype, on every compute
+  unit: the device's native vector width and twice it, with enough chains per work-item to
+  hide the FMA latency and few enough to stay in registers (8 or 12 vector registers of
+  accumulators). Complex dtypes use the peak of their real part (feinsum counts complex
+  arithmetic in real flops).
+
+The expression ``x*a + b`` rather than ``mad``/``fma``: PyPI's PoCL calls an out-of-line
+function for every vector ``fma`` (0.9 GFLOP/s float64 on a core that does 46), and more
+accumulators than the register file holds spill to memory (``double8`` x 16 chains on an
+AVX2 core: 1.7 GFLOP/s; ``double4`` x 12: 46).
+
+Each stored roofline carries :data:`ROOFLINE_VERSION`; :func:`measure_roofline` measures a
+device again when its stored roofline was taken by older microbenchmarks.
 """
 
 from __future__ import annotations
@@ -35,12 +46,16 @@ PEAK_DTYPE: dict[str, str | None] = {
     "int64": None,
 }
 
+#: The version of the microbenchmarks (1: mad() chains, up to 32 accumulators of 16 lanes).
+ROOFLINE_VERSION = 2
+
 # Variants tried (the best counts). On PoCL CPUs scalar code is not vectorised across
-# work-items for these kernels, so the explicit vector types matter; 16 accumulators of 8 or
-# 16 lanes hide the FMA latency of AVX-512 cores.
+# work-items for these kernels, so the explicit vector types matter.
 _STREAM_WIDTHS = (4, 16)
-_FMA_WIDTHS = (8, 16)
-_FMA_ACCUMULATORS = (16, 32)
+# Vector registers of independent accumulators per work-item: an FMA's latency times the
+# FMA pipes (4 x 2 on current x86 cores) needs 8 chains in flight; 16 AVX2 registers hold 12
+# and the operands.
+_FMA_REGISTERS = (8, 12)
 _CTYPE = {"float32": "float", "float64": "double"}
 
 
@@ -53,7 +68,7 @@ class Roofline:
     triad_bandwidth: float
     peak_flops: dict[str, float] = field(default_factory=dict)
     measured_at: str = ""
-    version: int = 1
+    version: int = ROOFLINE_VERSION
 
     @property
     def bandwidth(self) -> float:
@@ -125,14 +140,16 @@ __kernel void triad(__global {t} *restrict a, __global const {t} *restrict b,
 """
 
 
-def _fma_source(ctype: str, width: int, nacc: int, iters: int) -> str:
+def _fma_source(ctype: str, width: int, chains: tuple[int, ...], iters: int) -> str:
+    """One kernel ``fma_N`` per count N of independent accumulator chains."""
     t = _vtype(ctype, width)
-    decl = "\n".join(f"  {t} x{k} = ({t})(seed + {k}.0f);" for k in range(nacc))
-    body = "\n".join(f"    x{k} = mad(x{k}, a, b);" for k in range(nacc))
-    total = " + ".join(f"x{k}" for k in range(nacc))
-    return f"""
-{"#pragma OPENCL EXTENSION cl_khr_fp64: enable" if ctype == "double" else ""}
-__kernel void fma_chain(__global {t} *out, {ctype} a, {ctype} b)
+    kernels = []
+    for nacc in chains:
+        decl = "\n".join(f"  {t} x{k} = ({t})(seed + ({ctype}){k});" for k in range(nacc))
+        body = "\n".join(f"    x{k} = x{k} * a + b;" for k in range(nacc))
+        total = " + ".join(f"x{k}" for k in range(nacc))
+        kernels.append(f"""
+__kernel void fma_{nacc}(__global {t} *out, {ctype} a, {ctype} b)
 {{
   {ctype} seed = ({ctype})get_global_id(0) * ({ctype})1e-7;
 {decl}
@@ -140,8 +157,9 @@ __kernel void fma_chain(__global {t} *out, {ctype} a, {ctype} b)
 {body}
   }}
   out[get_global_id(0)] = {total};
-}}
-"""
+}}""")
+    pragma = "#pragma OPENCL EXTENSION cl_khr_fp64: enable" if ctype == "double" else ""
+    return pragma + "\n".join(kernels) + "\n"
 
 
 def _kernel(prg: cl.Program, name: str, *args: Any) -> cl.Kernel:
@@ -194,6 +212,14 @@ def _bandwidths(
     return best_copy, best_triad
 
 
+def _fma_variants(info: DeviceInfo, dtype: str) -> list[tuple[int, tuple[int, ...]]]:
+    """(vector width, accumulator counts) to try: the native width and twice it."""
+    native = max(1, info.native_vector_width_double if dtype == "float64"
+                 else info.native_vector_width_float)
+    return [(w, tuple(max(1, regs * native // w) for regs in _FMA_REGISTERS))
+            for w in (native, 2 * native) if w <= 16]
+
+
 def _peak_flops(
     ctx: cl.Context, queue: cl.CommandQueue, info: DeviceInfo, dtype: str, min_samples: int,
     min_time: float, iters: int,
@@ -203,17 +229,17 @@ def _peak_flops(
     ctype = _CTYPE[dtype]
     np_t = np.dtype(dtype).type
     # enough work-items to fill every compute unit several times over
-    nitems = max(info.compute_units, 1) * 4096
+    lanes = max(info.compute_units, 1) * 4096
     best = 0.0
-    for width in _FMA_WIDTHS:
-        for nacc in _FMA_ACCUMULATORS:
-            prg = cl.Program(ctx, _fma_source(ctype, width, nacc, iters)).build()
-            nwi = max(nitems // width, 64)
-            out = cl.Buffer(ctx, cl.mem_flags.WRITE_ONLY, nwi * width * np.dtype(dtype).itemsize)
-            knl = _kernel(prg, "fma_chain", out, np_t(0.999), np_t(1e-3))
+    for width, chains in _fma_variants(info, dtype):
+        prg = cl.Program(ctx, _fma_source(ctype, width, chains, iters)).build()
+        nwi = max(lanes // width, 64)
+        out = cl.Buffer(ctx, cl.mem_flags.WRITE_ONLY, nwi * width * np.dtype(dtype).itemsize)
+        for nacc in chains:
+            knl = _kernel(prg, f"fma_{nacc}", out, np_t(0.999), np_t(1e-3))
             t = _best_time(queue, knl, (nwi,), min_samples, min_time)
             best = max(best, 2.0 * width * nacc * iters * nwi / t)
-            out.release()
+        out.release()
     return best
 
 
@@ -230,7 +256,7 @@ def run_microbenchmarks(
     queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
     nbytes = 16 << 20 if quick else min(256 << 20, info.global_mem_size // 16)
     copy_bw, triad_bw = _bandwidths(ctx, queue, nbytes, min_samples, min_time)
-    iters = 256 if quick else 2048
+    iters = 256 if quick else 1024
     peaks = {"float32": _peak_flops(ctx, queue, info, "float32", min_samples, min_time, iters)}
     if info.has_fp64:
         peaks["float64"] = _peak_flops(ctx, queue, info, "float64", min_samples, min_time, iters)
@@ -258,7 +284,7 @@ def measure_roofline(
     info = device_info(dev)
     if db is not None and not refresh:
         stored = db.get_roofline(info)
-        if stored:
+        if stored and int(stored.get("version", 1)) >= ROOFLINE_VERSION:
             return Roofline.from_dict(stored)
     roof = run_microbenchmarks(dev, quick=quick)
     if db is not None and not quick:

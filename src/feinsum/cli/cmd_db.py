@@ -7,7 +7,7 @@ import argparse
 import datetime as _dt
 from typing import Any
 
-from feinsum.cli.common import add_db_argument, add_json_argument, emit_json
+from feinsum.cli.common import add_db_argument, add_json_argument, emit_json, nothing_found
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -46,7 +46,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 def _report(r: Any) -> dict[str, int]:
     return {"added": r.added, "skipped": r.skipped, "devices": r.devices,
-            "einsums": r.einsums, "rooflines": r.rooflines}
+            "einsums": r.einsums, "rooflines": r.rooflines, "peers": r.peers}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,4 +115,6 @@ def run(args: argparse.Namespace) -> int:
         emit_json(out)
     else:
         print(text)
+    if cmd == "export" and not out["measurements"]:
+        return nothing_found("db export", "no measurement matches (the file holds none)")
     return 0

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from feinsum.cli.common import add_db_argument, add_json_argument, emit_json, print_table
+from feinsum.cli.common import (
+    add_db_argument,
+    add_json_argument,
+    emit_json,
+    nothing_found,
+    print_table,
+)
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -37,9 +43,11 @@ def run(args: argparse.Namespace) -> int:
             "type": info.device_type, "compute_units": info.compute_units,
             "usable": why is None, "problem": why, "roofline": roof, "identity": info.as_dict(),
         })
+    usable = any(e["usable"] for e in entries)
+    none = "no OpenCL device here builds kernels (see scripts/bootstrap)"
     if args.json:
         emit_json(entries)
-        return 0
+        return 0 if usable else nothing_found("devices", none)
     rows = []
     for e in entries:
         stored: dict[str, Any] = e["roofline"] or {}  # type: ignore[assignment]
@@ -48,4 +56,4 @@ def run(args: argparse.Namespace) -> int:
                      "yes" if e["usable"] else f"no: {e['problem']}",
                      f"{bw:.1f} GB/s" if bw else "not measured"])
     print_table("OpenCL devices", ["id", "name", "type", "CUs", "builds kernels", "roofline"], rows)
-    return 0
+    return 0 if usable else nothing_found("devices", none)

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-from feinsum.cli.common import add_db_argument, add_json_argument, emit_json, fmt_float, print_table
+from feinsum.cli.common import (
+    add_db_argument,
+    add_json_argument,
+    emit_json,
+    fmt_rate,
+    nothing_found,
+    print_table,
+)
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -36,10 +43,10 @@ def run(args: argparse.Namespace) -> int:
     found = [g for g in found if g.records >= args.min_records]
     if args.json:
         emit_json({"database": where, "groups": [asdict(g) for g in found]})
-        return 0
+        return 0 if found else nothing_found("list", "no records match")
     print_table(f"{where}: {len(found)} einsum x device groups",
                 ["einsum", "canonical key", "device", "records", "ok", "lengths",
                  "best GFLOP/s"],
                 [[g.label, g.canonical_key, g.device_name,
-                  g.records, g.ok, g.lengths, fmt_float(g.best_gflops)] for g in found])
-    return 0
+                  g.records, g.ok, g.lengths, fmt_rate(g.best_gflops)] for g in found])
+    return 0 if found else nothing_found("list", "no records match")

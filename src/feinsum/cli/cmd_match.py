@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from feinsum.cli.common import add_json_argument, emit_json, print_table
+from feinsum.cli.common import add_json_argument, emit_json, nothing_found, print_table
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -68,10 +68,11 @@ def run(args: argparse.Namespace) -> int:
                 if insn.id not in used:
                     rejected.append({"kernel": name, "statement": insn.id,
                                      "reason": _why_not(t_unit, name, insn)})
+    none = f"no einsum found in {args.kernel}"
     if args.json:
         emit_json({"file": args.kernel, "kernels": names, "einsums": found,
                    "not_matched": rejected})
-        return 0
+        return 0 if found else nothing_found("match", none)
     print_table(f"einsums in {args.kernel}", ["kernel", "statements", "einsum",
                                               "lengths", "canonical key"],
                 [[f["kernel"], ", ".join(f["statements"]), f["subscripts"],
@@ -81,4 +82,5 @@ def run(args: argparse.Namespace) -> int:
         print("statements that are not einsums:")
         for r in rejected:
             print(f"  {r['kernel']}:{r['statement']}: {r['reason']}")
-    return 0
+    return 0 if found else nothing_found("match", none + (" (why not: above)" if rejected
+                                                          else ""))

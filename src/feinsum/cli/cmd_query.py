@@ -11,7 +11,8 @@ from feinsum.cli.common import (
     add_json_argument,
     emit_json,
     fmt_float,
-    lengths_text,
+    fmt_rate,
+    nothing_found,
     params_text,
     print_table,
     record_dict,
@@ -61,11 +62,24 @@ def run(args: argparse.Namespace) -> int:
     return _query(args) if args.command == "query" else _best(args)
 
 
+def _in_your_names(spec: BatchedEinsum) -> Any:
+    """Canonical lengths (``n0=2048``) -> text in the names of *spec* (``E=2048``)."""
+    from feinsum.database.origins import einsum_origin, lengths_label
+    from feinsum.errors import FeinsumError
+
+    try:
+        origin = einsum_origin(spec)
+    except FeinsumError:  # a spec without a JSON form: the canonical names
+        origin = None
+    return lambda lengths: lengths_label(origin, lengths)
+
+
 def _query(args: argparse.Namespace) -> int:
     from feinsum.cli.dbread import open_db, pick_device
     from feinsum.errors import SpecificationError
 
     spec, lengths = _spec_and_lengths(args)
+    names = _in_your_names(spec_from_args(args))
     if args.limit is not None and args.limit < 1:
         raise SpecificationError("--limit must be at least 1")
     with open_db(args.db) as db:
@@ -75,17 +89,17 @@ def _query(args: argparse.Namespace) -> int:
                            lengths=lengths, limit=args.limit)
     if args.json:
         emit_json([record_dict(r) for r in records])
-        return 0
+        return 0 if records else nothing_found("query", "no record matches")
     from feinsum.canonical import canonical_key
 
     print_table(
         f"{len(records)} records of {spec.subscripts} ({canonical_key(spec)})",
         ["record", "device", "lengths", "recipe", "status", "min ms", "median ms",
          "GFLOP/s", "configuration"],
-        [[f"{r.source}#{r.id}", r.device_name, lengths_text(r.lengths), r.recipe_name,
-          r.status, _ms(r.min_time), _ms(r.median_time), fmt_float(r.gflops),
+        [[f"{r.source}#{r.id}", r.device_name, names(r.lengths), r.recipe_name,
+          r.status, _ms(r.min_time), _ms(r.median_time), fmt_rate(r.gflops),
           params_text(r.params)] for r in records])
-    return 0
+    return 0 if records else nothing_found("query", "no record matches")
 
 
 def _ms(seconds: float | None) -> str:
@@ -109,6 +123,7 @@ def _best(args: argparse.Namespace) -> int:
     from feinsum.cli.dbread import open_db
 
     spec, lengths = _spec_and_lengths(args)
+    names = _in_your_names(spec_from_args(args))
     with open_db(args.db) as db:
         info = _device_for_best(db, args.device)
         answer = db.best(spec, info, lengths=lengths)
@@ -126,16 +141,16 @@ def _best(args: argparse.Namespace) -> int:
                           if choices else {"recipe": None, "why": why})
     if args.json:
         emit_json(out)
-        return 0
+        return 0 if answer.record is not None else nothing_found("best", "no record")
     print(f"{spec.subscripts} on {info.name}: rung {answer.rung}")
     r = answer.record
     if r is not None:
         print(f"  record    {r.source}#{r.id} (uid {r.uid}), measured at "
-              f"{lengths_text(r.lengths)}")
+              f"{names(r.lengths)}")
         print(f"  recipe    {r.recipe_name} {r.recipe_version}")
         print(f"  config    {params_text(r.params, 400)}")
         print(f"  speed     {_ms(r.min_time)} ms min (median {_ms(r.median_time)} ms), "
-              f"{fmt_float(r.gflops)} GFLOP/s")
+              f"{fmt_rate(r.gflops)} GFLOP/s")
     else:
         d = out["default"]
         if d["recipe"] is None:
@@ -143,4 +158,4 @@ def _best(args: argparse.Namespace) -> int:
         else:
             print(f"  no record: the hook would apply {d['recipe']}'s default "
                   f"({params_text(d['params'], 400)})")
-    return 0
+    return 0 if r is not None else nothing_found("best", "no record")

@@ -10,7 +10,7 @@ from feinsum.cli.common import (
     add_json_argument,
     emit_json,
     fmt_float,
-    lengths_text,
+    fmt_rate,
     record_dict,
 )
 
@@ -53,11 +53,14 @@ def generated_code(db: Any, r: Any) -> tuple[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from feinsum.cli.dbread import einsum_text, find_record, open_db
+    from feinsum.cli.common import einsum_label as short_label
+    from feinsum.cli.dbread import einsum_origin_of, einsum_text, find_record, open_db
+    from feinsum.database.origins import einsum_label, lengths_label
 
     with open_db(args.db) as db:
         r = find_record(db, args.record)
         text = einsum_text(db, r.canonical_key)
+        origin = einsum_origin_of(db, r.canonical_key)
         code, note = (None, "") if args.no_code else generated_code(db, r)
     if args.json:
         d = record_dict(r)
@@ -66,9 +69,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows: list[tuple[str, Any]] = [
         ("record", f"{r.source}#{r.id}  (uid {r.uid})"),
-        ("einsum", r.canonical_key),
+        ("einsum", f"{einsum_label(origin, short_label(text, r.canonical_key))}  "
+                   f"({r.canonical_key})"),
         ("canonical", "-" if text is None else text[0].replace("\n", "\n" + " " * 16)),
-        ("lengths", lengths_text(r.lengths)),
+        ("lengths", lengths_label(origin, r.lengths)),
         ("device", f"{r.device_name} ({r.device_type}, {r.platform_name}, driver "
                    f"{r.driver_version})"),
         ("recipe", f"{r.recipe_name} {r.recipe_version}"),
@@ -77,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         ("median", "-" if r.median_time is None else f"{r.median_time * 1e3:.4g} ms"
          f" (min {fmt_float(None if r.min_time is None else r.min_time * 1e3, 4)} ms, "
          f"spread {fmt_float(r.spread)}, {r.sample_count} samples)"),
-        ("GFLOP/s", fmt_float(r.gflops)),
+        ("GFLOP/s", fmt_rate(r.gflops)),
         ("flops/bytes", f"{fmt_float(r.flops)} / {fmt_float(r.bytes)}"),
         ("validation", fmt_float(r.validation_error)),
         ("measured", f"{r.measured_at:%Y-%m-%d %H:%M:%S} UTC on {r.host}"),

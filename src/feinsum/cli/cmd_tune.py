@@ -84,9 +84,11 @@ def check_search_options(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from feinsum.cli.specargs import load_kernel_match
     from feinsum.errors import TuningError
 
-    spec = spec_from_args(args)
+    found = load_kernel_match(args.kernel) if args.kernel else None
+    spec = found.einsum if found is not None else spec_from_args(args)
     lengths = check_lengths(spec, parse_lengths(args.lengths))
     check_search_options(args)
 
@@ -98,14 +100,20 @@ def run(args: argparse.Namespace) -> int:
         from feinsum.cli.dbread import open_db
 
         db = open_db(args.db, write=True)
+    from feinsum.database import einsum_origin
     from feinsum.tuning import autotune
 
+    # recorded with the einsum: the user's subscripts and symbols, or the kernel's statements
+    origin = einsum_origin(spec, lengths, kernel=None if found is None else found.kernel_name,
+                           statements=() if found is None else found.all_insn_ids,
+                           file=args.kernel)
     progress = not (args.json or args.quiet)
     result = autotune(
         spec, device=device, db=db, recipes=args.recipe, strategy=args.strategy,
         budget=args.budget, time_limit=args.time_limit, lengths=lengths or None,
         seed=args.seed, progress=progress, recipe_path=args.recipe_path,
-        workers=args.workers, peers=not args.no_peers, baseline=not args.no_baseline)
+        workers=args.workers, peers=not args.no_peers, baseline=not args.no_baseline,
+        origin=origin)
     if args.json:
         emit_json({
             "einsum": str(spec), "canonical_key": result.canonical_key,

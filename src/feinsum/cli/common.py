@@ -44,8 +44,25 @@ def print_table(title: str | None, columns: Sequence[str], rows: Sequence[Sequen
     Console(width=160 if not sys.stdout.isatty() else None).print(table)
 
 
+#: The exit code of a command that found nothing (as grep does) or met a user error.
+NOTHING_FOUND = 1
+
+
+def nothing_found(command: str, message: str) -> int:
+    """Say on stderr that *command* found nothing, and return its exit code (1)."""
+    print(f"feinsum {command}: {message}", file=sys.stderr)
+    return NOTHING_FOUND
+
+
 def fmt_float(x: float | None, digits: int = 3) -> str:
     return "-" if x is None else f"{x:.{digits}g}"
+
+
+def fmt_rate(x: float | None) -> str:
+    """Three significant digits, thousands in full (``12,400``, not ``1.24e+04``)."""
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
 
 
 def record_dict(r: Any) -> dict[str, Any]:
@@ -82,8 +99,10 @@ def short_subscripts(e: Any) -> str:
     return f"{ins}->{''.join(names[i] for i in e.out_indices)}"
 
 
-def einsum_label(spec_json: str | None, fallback: str) -> str:
-    """A short label of a stored canonical spec (its subscripts, rows and reduction)."""
+def einsum_label(spec: str | tuple[str, str] | None, fallback: str) -> str:
+    """A short label of a stored canonical spec (its subscripts, rows and reduction); *spec*:
+    its JSON, or ``dbread.einsum_text``'s (text, JSON)."""
+    spec_json = spec[1] if isinstance(spec, tuple) else spec
     if spec_json is None:
         return fallback
     from feinsum.serialize import spec_from_json

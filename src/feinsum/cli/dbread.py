@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -65,18 +66,39 @@ def find_record(db: Database, ref: str) -> Record:
                         "show record ids")
 
 
-def einsum_text(db: Database, canonical_key: str) -> tuple[str, str] | None:
-    """(canonical text, canonical spec JSON) of an einsum the database knows."""
+def _einsum_rows(db: Database, canonical_key: str, *columns: Any) -> Iterator[Any]:
+    """The einsum's row in the user's database, then in the shipped records."""
     import sqlalchemy as sa
 
     from feinsum.database.models import Einsum
 
     for store in _stores(db):
         with store.reading("reading an einsum") as conn:
-            row = conn.execute(sa.select(Einsum.canonical_text, Einsum.spec_json)
+            row = conn.execute(sa.select(*columns)
                                .where(Einsum.canonical_key == canonical_key)).first()
         if row is not None:
-            return str(row[0]), str(row[1])
+            yield row
+
+
+def einsum_text(db: Database, canonical_key: str) -> tuple[str, str] | None:
+    """(canonical text, canonical spec JSON) of an einsum the database knows."""
+    from feinsum.database.models import Einsum
+
+    for row in _einsum_rows(db, canonical_key, Einsum.canonical_text, Einsum.spec_json):
+        return str(row[0]), str(row[1])
+    return None
+
+
+def einsum_origin_of(db: Database, canonical_key: str) -> dict[str, Any] | None:
+    """How an einsum was first recorded (:mod:`feinsum.database.origins`): the user's
+    database's, else the shipped records'; None if neither knows."""
+    from feinsum.database.models import Einsum
+    from feinsum.database.origins import parse_origin
+
+    for (text,) in _einsum_rows(db, canonical_key, Einsum.origin_json):
+        found = parse_origin(text)
+        if found is not None:
+            return found
     return None
 
 
@@ -113,7 +135,8 @@ def pick_device(db: Database, text: str | None) -> DeviceInfo | None:
 
 @dataclass(frozen=True)
 class Group:
-    """The records of one einsum on one device."""
+    """The records of one einsum on one device; ``label``: its subscripts as first
+    recorded (else the canonical ones)."""
 
     canonical_key: str
     canonical_text: str
@@ -127,32 +150,42 @@ class Group:
 
 
 def groups(db: Database) -> list[Group]:
-    """One :class:`Group` per (einsum, device) with records, user's and shipped merged."""
+    """One :class:`Group` per (einsum, device) with records, user's and shipped merged; the
+    best GFLOP/s is derived as the records' (:mod:`feinsum.database.rates`)."""
     import sqlalchemy as sa
 
+    from feinsum.cli.common import einsum_label
     from feinsum.database.models import Device, Einsum, Measurement
+    from feinsum.database.origins import einsum_label as user_label
+    from feinsum.database.origins import parse_origin
+    from feinsum.database.rates import derived
 
     ok = sa.case((Measurement.status == "ok", 1), else_=0)
-    from feinsum.cli.common import einsum_label
-
+    fastest = sa.func.min(sa.case((Measurement.status == "ok", Measurement.min_time)))
+    stored = sa.func.max(sa.case((Measurement.status == "ok", Measurement.gflops)))
     stmt = (sa.select(Einsum.canonical_key, Einsum.canonical_text, Einsum.spec_json,
-                      Device.key, Device.name,
-                      sa.func.count(), sa.func.sum(ok),
-                      sa.func.count(sa.distinct(Measurement.lengths_key)),
-                      sa.func.max(sa.case((Measurement.status == "ok", Measurement.gflops))))
+                      Einsum.origin_json, Device.key, Device.name, Measurement.lengths_key,
+                      sa.func.count(), sa.func.sum(ok), fastest, stored)
             .join(Einsum, Measurement.einsum_id == Einsum.id)
             .join(Device, Measurement.device_id == Device.id)
             .group_by(Einsum.canonical_key, Einsum.canonical_text, Einsum.spec_json,
-                      Device.key, Device.name))
-    merged: dict[tuple[str, str], Group] = {}
+                      Einsum.origin_json, Device.key, Device.name, Measurement.lengths_key))
+    found: dict[tuple[str, str], dict[str, Any]] = {}
     for store in _stores(db):
         with store.reading("summarising") as conn:
-            for ck, text, sj, dk, dn, n, n_ok, nl, gf in conn.execute(stmt):
-                old = merged.get((ck, dk))
-                if old is not None:
-                    gf = max((g for g in (gf, old.best_gflops) if g is not None), default=None)
-                    n, n_ok, nl = n + old.records, (n_ok or 0) + old.ok, max(nl, old.lengths)
-                merged[(ck, dk)] = Group(ck, text, einsum_label(sj, ck), dk, dn, int(n),
-                                         int(n_ok or 0), int(nl),
-                                         None if gf is None else float(gf))
-    return sorted(merged.values(), key=lambda g: (g.device_name, g.label, g.canonical_key))
+            rows = conn.execute(stmt).all()
+        for ck, text, sj, oj, dk, dn, lk, n, n_ok, t, gf in rows:
+            g = found.setdefault((ck, dk), {"text": text, "spec": sj, "name": dn, "n": 0,
+                                            "ok": 0, "lengths": set(), "gflops": None,
+                                            "origin": None})
+            g["origin"] = g["origin"] or parse_origin(oj)
+            g["n"] += n
+            g["ok"] += n_ok or 0
+            g["lengths"].add(lk)
+            rate = derived(ck, sj, lk, t, None, None, gf)[2]
+            if rate is not None and (g["gflops"] is None or rate > g["gflops"]):
+                g["gflops"] = rate
+    out = [Group(ck, g["text"], user_label(g["origin"], einsum_label(g["spec"], ck)), dk,
+                 g["name"], int(g["n"]), int(g["ok"]), len(g["lengths"]), g["gflops"])
+           for (ck, dk), g in found.items()]
+    return sorted(out, key=lambda g: (g.device_name, g.label, g.canonical_key))

@@ -1,7 +1,9 @@
 """Argument parsing, dispatch and the exit-code policy of the ``feinsum`` command.
 
-Exit codes: 0 success, 1 user error (one line on stderr; ``--debug`` shows the traceback),
-2 usage error (argparse).
+Exit codes, the same for every command (docs/cli.rst): 0 found or did what was asked; 1
+found nothing (``match`` no einsum, ``query``/``list``/``report`` no record, ``best`` no
+record, only the default; ``devices`` no usable device) or a user error (one line on stderr;
+``--debug`` shows the traceback); 2 a usage error (argparse); 130 interrupted.
 """
 
 from __future__ import annotations

@@ -68,11 +68,15 @@ def parse_lengths(items: list[str]) -> dict[str, int]:
 
 def spec_from_args(args: argparse.Namespace) -> BatchedEinsum:
     """The spec described by SUBSCRIPTS and the size/dtype/order/batch options."""
+    if getattr(args, "kernel", None):
+        return load_kernel_spec(args.kernel)
+    return _spec_from_subscripts(args)
+
+
+def _spec_from_subscripts(args: argparse.Namespace) -> BatchedEinsum:
     import feinsum
     from feinsum.spec import parse_subscripts
 
-    if getattr(args, "kernel", None):
-        return load_kernel_spec(args.kernel)
     if not args.subscripts:
         raise SpecificationError("give einsum SUBSCRIPTS (e.g. \"ij,ej->ei\") or --kernel FILE.py")
     nops = args.subscripts.split("->")[0].count(",") + 1
@@ -161,8 +165,9 @@ def load_kernel(path_spec: str) -> Any:
     return as_t_unit(obj, label)
 
 
-def load_kernel_spec(path_spec: str) -> BatchedEinsum:
-    """The single einsum found in a kernel file (an error lists what was found otherwise)."""
+def load_kernel_match(path_spec: str) -> Any:
+    """The single einsum match found in a kernel file (an error lists what was found
+    otherwise)."""
     from feinsum.matching import find_einsums
 
     t_unit = load_kernel(path_spec)
@@ -171,4 +176,9 @@ def load_kernel_spec(path_spec: str) -> BatchedEinsum:
         raise KernelFileError(
             f"{path_spec}: found {len(matches)} einsums; `feinsum match {path_spec}` lists them"
         )
-    return matches[0].einsum  # type: ignore[no-any-return]
+    return matches[0]
+
+
+def load_kernel_spec(path_spec: str) -> BatchedEinsum:
+    """The single einsum found in a kernel file (an error lists what was found otherwise)."""
+    return load_kernel_match(path_spec).einsum  # type: ignore[no-any-return]

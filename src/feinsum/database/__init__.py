@@ -3,7 +3,7 @@
 * :func:`open_database` — the user's database (SQLite by default, any SQLAlchemy URL) plus,
   read-only, the records shipped with feinsum;
 * :class:`Database` — ``add_measurement``, ``measured_params``, ``revision``, ``query``,
-  ``best``, rooflines, ``export``/``import_file``/``merge``/``prune``;
+  ``best``, rooflines, peers' timings, ``export``/``import_file``/``merge``/``prune``;
 * :func:`query`, :func:`best` — the same on the default database, with the fallback chain
   exact -> nearest lengths -> same vendor -> default.
 
@@ -14,6 +14,8 @@ See ``docs/database.rst``.
 from feinsum.database.api import Database, best, lengths_distance, open_database, query
 from feinsum.database.engine import default_path, resolve_url
 from feinsum.database.models import KNOWN_VERSIONS, SCHEMA_VERSION
+from feinsum.database.origins import einsum_origin
+from feinsum.database.peers import PeerRecord
 from feinsum.database.records import (
     RUNGS,
     STATUSES,
@@ -42,6 +44,7 @@ __all__ = [
     "EinsumIdentity",
     "ImportReport",
     "NewMeasurement",
+    "PeerRecord",
     "Record",
     "Rung",
     "Status",
@@ -49,6 +52,7 @@ __all__ = [
     "canonical_json",
     "default_path",
     "einsum_identity",
+    "einsum_origin",
     "lengths_distance",
     "lengths_key",
     "open_database",

@@ -39,12 +39,15 @@ from .records import (
     einsum_identity,
     lengths_key,
     normalise,
+    with_origin,
 )
 from .store import Filters, Store
 
 if TYPE_CHECKING:
     from feinsum.devices import DeviceInfo
     from feinsum.spec import BatchedEinsum
+
+    from .peers import PeerRecord
 
     EinsumLike = BatchedEinsum | EinsumIdentity | str
     DeviceLike = DeviceInfo | Any
@@ -213,9 +216,35 @@ class Database:
         added, _ = self._user.add_measurements(normalise(m) for m in ms)
         return added
 
+    def add_peer_timings(self, einsum: BatchedEinsum, device: DeviceInfo,
+                         times: Mapping[str, float], *, lengths: Mapping[str, int] | None = None,
+                         origin: Mapping[str, Any] | None = None) -> int:
+        """Store the minimum times (seconds) of other libraries (``{"numpy.einsum": 0.012}``)
+        for *einsum* at *lengths* (default: those it fixes), timed beside a tuning run on
+        *device*; returns how many were stored."""
+        from .peers import insert_peer_rows, peer_rows
+
+        ident = with_origin(einsum_identity(einsum), einsum, origin)
+        rows = peer_rows(ident, _device_info(device),
+                         ident.lengths if lengths is None else lengths, times)
+        with self._user.writing("storing peer timings") as txn:
+            return insert_peer_rows(self._user, txn, rows)
+
     # }}}
 
     # {{{ reading
+
+    def peer_timings(self, einsum: EinsumLike | None = None,
+                     device: DeviceLike | str | None = None) -> list[PeerRecord]:
+        """The peers' timings of *einsum* (default: every einsum) beside *device* (default:
+        any), fastest first, the user's and the shipped ones."""
+        from .peers import read_peers
+
+        key = (einsum if isinstance(einsum, str) or einsum is None
+               else einsum_identity(einsum).canonical_key)
+        found = [p for store in self._stores() for p in read_peers(store, key,
+                                                                   _device_key(device))]
+        return sorted(found, key=lambda p: p.seconds)
 
     def measured_params(
         self,

@@ -32,9 +32,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 #: The Alembic revision the models describe (the newest migration).
-SCHEMA_VERSION = "0004"
+SCHEMA_VERSION = "0005"
 #: Every revision this code can upgrade from, oldest first (ends with SCHEMA_VERSION).
-KNOWN_VERSIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004")
+KNOWN_VERSIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005")
 #: Alembic's version table; prefixed so a shared server database may also hold an
 #: application's own ``alembic_version``.
 VERSION_TABLE = "feinsum_alembic_version"
@@ -132,6 +132,10 @@ class Einsum(Base):
     canonical_text: Mapped[str] = mapped_column(Text)
     #: ``feinsum.serialize.spec_to_json`` of the canonical spec.
     spec_json: Mapped[str] = mapped_column(Text)
+    #: How it was first recorded (revision 0005): the user's spec, their names of the
+    #: canonical length symbols, the kernel and statements it came from
+    #: (``feinsum.database.origins``); NULL for einsums recorded before.
+    origin_json: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[_dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -203,7 +207,9 @@ class Measurement(Base):
     spread: Mapped[float | None] = mapped_column(Float)
     flops: Mapped[float | None] = mapped_column(Float)
     bytes: Mapped[float | None] = mapped_column(Float)
-    #: flops / min_time (before revision 0003 new records had flops / median_time).
+    #: flops / min_time (before revision 0003 new records had flops / median_time). As
+    #: measured: readers derive flops and GFLOP/s from the einsum (``rates.py``), older
+    #: records having counted every term of the full index space.
     gflops: Mapped[float | None] = mapped_column(Float)
     validation_error: Mapped[float | None] = mapped_column(Float)
     message: Mapped[str | None] = mapped_column(Text)
@@ -219,6 +225,29 @@ class Measurement(Base):
     #: two timings on one physical device overlap.
     timing_started_at: Mapped[_dt.datetime | None] = mapped_column(UTCDateTime)
     timing_ended_at: Mapped[_dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class PeerTiming(Base):
+    """How long another library (numpy, opt_einsum, torch...) took for an einsum at some
+    lengths, timed by the autotuner on the host beside a device's tuning run (revision
+    0005)."""
+
+    __tablename__ = "peer_timings"
+    __table_args__ = (Index("ix_peer_timings_einsum_id_device_id", "einsum_id", "device_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    #: A random identity that survives export/import, as measurements have.
+    uid: Mapped[str] = mapped_column(String(32), unique=True)
+    einsum_id: Mapped[int] = mapped_column(ForeignKey("einsums.id", ondelete="RESTRICT"))
+    #: The device whose tuning run timed it (the peer itself ran on the host).
+    device_id: Mapped[int] = mapped_column(ForeignKey("devices.id", ondelete="RESTRICT"))
+    lengths_key: Mapped[str] = mapped_column(String(1000))
+    #: The peer's name (``numpy.einsum``, ``opt_einsum``, ``torch.einsum``...).
+    peer: Mapped[str] = mapped_column(String(255))
+    #: Its minimum wall-clock time per call, seconds.
+    seconds: Mapped[float] = mapped_column(Float)
+    host: Mapped[str | None] = mapped_column(String(255))
+    measured_at: Mapped[_dt.datetime] = mapped_column(UTCDateTime)
 
 
 class Roofline(Base):

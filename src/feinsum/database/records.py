@@ -121,6 +121,9 @@ class EinsumIdentity:
     canonical_text: str = ""
     spec_json: str = "{}"
     lengths: Mapping[str, int] = field(default_factory=dict)
+    #: How the einsum was given (:mod:`feinsum.database.origins`, canonical JSON), stored
+    #: when the database first meets it with one.
+    origin_json: str | None = None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -156,6 +159,33 @@ def einsum_identity(einsum: BatchedEinsum | EinsumIdentity) -> EinsumIdentity:
         return _identity_cached(einsum)
     except TypeError:  # unhashable (a spec holding unhashable metadata)
         return _identity(einsum)
+
+
+@functools.lru_cache(maxsize=256)
+def _own_origin(e: BatchedEinsum) -> str | None:
+    from feinsum.database.origins import einsum_origin
+    from feinsum.errors import FeinsumError
+
+    try:
+        return canonical_json(einsum_origin(e))
+    except (FeinsumError, TypeError):  # a spec without a JSON form: no origin
+        return None
+
+
+def with_origin(ident: EinsumIdentity, einsum: Any, origin: Mapping[str, Any] | None
+                ) -> EinsumIdentity:
+    """*ident* with the origin given, else that of *einsum* itself (a spec's own names)."""
+    from dataclasses import replace
+
+    if origin is not None:
+        return replace(ident, origin_json=canonical_json(origin))
+    if ident.origin_json is not None or isinstance(einsum, EinsumIdentity):
+        return ident
+    try:
+        own = _own_origin(einsum)
+    except TypeError:  # unhashable metadata
+        own = None
+    return ident if own is None else replace(ident, origin_json=own)
 
 
 # }}}
@@ -243,6 +273,9 @@ class NewMeasurement:
     timing_ended_at: _dt.datetime | None = None
     #: A unique identity (a random one when None); kept through export/import.
     uid: str | None = None
+    #: How the einsum was given (:func:`feinsum.database.origins.einsum_origin`); default:
+    #: the spec passed as ``einsum`` itself. The database keeps the first it is given.
+    origin: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -274,7 +307,7 @@ def normalise(m: NewMeasurement) -> MeasurementRow:
         v = getattr(m, name)
         if not isinstance(v, str) or not v or len(v) > 255:
             raise DatabaseError(f"{name} must be a non-empty string (<= 255 chars), not {v!r}")
-    identity = einsum_identity(m.einsum)
+    identity = with_origin(einsum_identity(m.einsum), m.einsum, m.origin)
     lengths = identity.lengths if m.lengths is None else m.lengths
     samples = [_finite("sample", s, allow_none=False) for s in m.samples]
     if any(s is not None and s < 0 for s in samples):
@@ -369,7 +402,11 @@ def upgrade_timing(values: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class Record:
-    """One stored measurement, as :func:`query` and :func:`best` return it."""
+    """One stored measurement, as :func:`query` and :func:`best` return it.
+
+    ``flops``, ``bytes`` and ``gflops`` are derived from the einsum at the record's lengths
+    when it is read (the flops of the cheapest contraction order over ``min_time``, as the
+    autotuner counts them now), whatever count was stored when it was measured."""
 
     id: int
     uid: str
@@ -476,11 +513,14 @@ class ImportReport:
     devices: int = 0
     einsums: int = 0
     rooflines: int = 0
+    #: peer timings added
+    peers: int = 0
 
     def __str__(self) -> str:
         return (
             f"{self.added} measurements added, {self.skipped} already present; "
             f"{self.devices} devices, {self.einsums} einsums, {self.rooflines} rooflines read"
+            + (f"; {self.peers} peer timings added" if self.peers else "")
         )
 
 

@@ -5,11 +5,16 @@ records are byte-identical (the shipped ``db/*.jsonl`` files diff and review lik
 
     {"format":"feinsum-timings","format_version":1,"type":"header"}
     {"info":{...DeviceInfo...},"key":"<device key>","type":"device"}
-    {"canonical_key":"fek1-...","canonical_text":"...","spec":{...},"structure_key":"...","type":"einsum"}
+    {"canonical_key":"fek1-...","canonical_text":"...","origin":{...},"spec":{...},"structure_key":"...","type":"einsum"}
     {"data":{...},"device":"<device key>","type":"roofline","updated_at":"..."}
     {"device":"<device key>","einsum":"fek1-...","lengths":{"n0":50000},"params":{...},
      "recipe":"...","status":"ok","uid":"...",...,"type":"measurement"}   (one line)
+    {"device":"<device key>","einsum":"fek1-...","lengths":{...},"peer":"numpy.einsum",
+     "seconds":0.0123,"uid":"...",...,"type":"peer"}                     (one line)
     {"type":"end"}
+
+Format version 2 added the einsums' ``origin`` (optional) and the ``peer`` lines; version 1
+files read as before.
 
 Devices and einsums come first and measurements name them by key. The ``end`` line marks a
 complete file: a file without it was truncated. Reading never executes anything: every line
@@ -37,6 +42,7 @@ import sqlalchemy as sa
 from feinsum.errors import DatabaseError
 
 from .models import Configuration, Device, Einsum, Measurement, Recipe, Roofline
+from .peers import PeerRow, check_peer_line, export_peer_lines, insert_peer_rows
 from .records import (
     STATUSES,
     EinsumIdentity,
@@ -54,7 +60,7 @@ if TYPE_CHECKING:
 
 FORMAT = "feinsum-timings"
 #: The export format version this code writes (and the newest it reads).
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 M, E, D, R, C = Measurement, Einsum, Device, Recipe, Configuration
 
@@ -109,13 +115,17 @@ def export_lines(store: Store, conds: Sequence[sa.ColumnElement[bool]] = ()) -> 
             sa.select(D.key, D.info_json).where(sa.or_(*device_conds)).order_by(D.key)
         ):
             yield {"type": "device", "key": key, "info": json.loads(info_json)}
-        for ck, sk, text, spec in conn.execute(
-            sa.select(E.canonical_key, E.structure_key, E.canonical_text, E.spec_json)
+        for ck, sk, text, spec, origin in conn.execute(
+            sa.select(E.canonical_key, E.structure_key, E.canonical_text, E.spec_json,
+                      E.origin_json)
             .where(E.id.in_(used(M.einsum_id)))
             .order_by(E.canonical_key)
         ):
-            yield {"type": "einsum", "canonical_key": ck, "structure_key": sk,
-                   "canonical_text": text, "spec": json.loads(spec)}
+            line = {"type": "einsum", "canonical_key": ck, "structure_key": sk,
+                    "canonical_text": text, "spec": json.loads(spec)}
+            if origin is not None:
+                line["origin"] = json.loads(origin)
+            yield line
         rstmt = (
             sa.select(D.key, Roofline.data_json, Roofline.updated_at)
             .join(D, Roofline.device_id == D.id)
@@ -159,6 +169,7 @@ def export_lines(store: Store, conds: Sequence[sa.ColumnElement[bool]] = ()) -> 
                 **({} if r[25] is None else {"timing_started_at": _iso(r[25]),
                                              "timing_ended_at": _iso(r[26])}),
             }
+        yield from export_peer_lines(conn, used(M.einsum_id), used(M.device_id), _iso)
     yield {"type": "end"}
 
 
@@ -254,6 +265,7 @@ class _Checked:
         self.einsums: dict[str, EinsumIdentity] = {}
         self.rooflines: list[tuple[str, str, _dt.datetime | None]] = []
         self.measurements = 0
+        self.peers: list[PeerRow] = []
 
 
 def _req(obj: Mapping[str, Any], name: str, types: Any, where: str, *,
@@ -313,6 +325,8 @@ def _check_line(obj: dict[str, Any], where: str, checked: _Checked) -> None:
             structure_key=_key(obj, "structure_key", where, 64),
             canonical_text=_req(obj, "canonical_text", str, where),
             spec_json=canonical_json(_req(obj, "spec", (dict, list), where)),
+            origin_json=(canonical_json(_req(obj, "origin", dict, where))
+                         if obj.get("origin") is not None else None),
         )
     elif kind == "roofline":
         dkey = _req(obj, "device", str, where)
@@ -323,6 +337,9 @@ def _check_line(obj: dict[str, Any], where: str, checked: _Checked) -> None:
     elif kind == "measurement":
         measurement_row(obj, where, checked)
         checked.measurements += 1
+    elif kind == "peer":
+        checked.peers.append(check_peer_line(obj, where, checked.einsums, checked.devices,
+                                             _time))
     else:
         raise DatabaseError(
             f"{where}: unknown line type {kind!r}: not a feinsum export, or one written by a "
@@ -459,12 +476,14 @@ def import_lines(
 
     for dkey, data, updated in checked.rooflines:
         store.set_roofline(checked.devices[dkey], data, updated, only_if_newer=True)
+    peers: list[int] = []
     added, skipped = store.add_measurements(
-        rows(), skip_existing=True, what=f"importing {name}"
+        rows(), skip_existing=True, what=f"importing {name}",
+        also=lambda txn: peers.append(insert_peer_rows(store, txn, checked.peers)),
     )
     return ImportReport(
         added=added, skipped=skipped, devices=len(checked.devices),
-        einsums=len(checked.einsums), rooflines=len(checked.rooflines),
+        einsums=len(checked.einsums), rooflines=len(checked.rooflines), peers=sum(peers),
     )
 
 

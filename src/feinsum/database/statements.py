@@ -14,6 +14,7 @@ from typing import Any, cast
 import sqlalchemy as sa
 
 from .models import Configuration, Device, Einsum, Measurement, Recipe, Roofline, State
+from .rates import derived
 from .records import Record
 
 # Reads and writes use the Core tables of the ORM models: statements are built once
@@ -44,6 +45,7 @@ RECORD_COLUMNS = (
     M.min_time, M.median_time, M.spread, M.flops, M.bytes, M.gflops, M.validation_error,
     M.message, M.tiles_kept_fraction, M.host, M.loopy_version, M.pyopencl_version,
     M.feinsum_version, M.started_at, M.measured_at, M.timing_started_at, M.timing_ended_at,
+    E.spec_json,
 )
 
 
@@ -113,6 +115,7 @@ def _lengths(text: str) -> dict[str, int]:
 
 
 def row_to_record(row: Sequence[Any], source: str) -> Record:
+    flops, nbytes, gflops = derived(row[2], row[34], row[4], row[17], row[20], row[21], row[22])
     return Record(
         id=row[0], uid=row[1], source=source, canonical_key=row[2], structure_key=row[3],
         lengths=_lengths(row[4]), device_key=row[5], device_name=row[6],
@@ -120,7 +123,7 @@ def row_to_record(row: Sequence[Any], source: str) -> Record:
         platform_name=row[10], recipe_name=row[11], recipe_version=row[12],
         params=json.loads(row[13]), status=row[14], samples=tuple(json.loads(row[15])),
         sample_count=row[16], min_time=row[17], median_time=row[18], spread=row[19],
-        flops=row[20], bytes=row[21], gflops=row[22], validation_error=row[23],
+        flops=flops, bytes=nbytes, gflops=gflops, validation_error=row[23],
         message=row[24], tiles_kept_fraction=row[25], host=row[26], loopy_version=row[27],
         pyopencl_version=row[28], feinsum_version=row[29], started_at=row[30],
         measured_at=row[31], timing_started_at=row[32], timing_ended_at=row[33],

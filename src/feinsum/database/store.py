@@ -30,6 +30,7 @@ from .records import (
 from .statements import (
     BUMP_REVISION,
     BY_SPEED,
+    ET,
     FASTEST,
     FASTEST_ORDER,
     GROUP_COLUMNS,
@@ -133,6 +134,8 @@ class Txn:
 
     conn: Connection
     new_ids: dict[tuple[str, Any], int] = field(default_factory=dict)
+    #: einsum ids whose origin this transaction stored (or found stored)
+    origins: set[int] = field(default_factory=set)
 
 
 class Store:
@@ -145,6 +148,7 @@ class Store:
         self.where = where
         self.readonly = readonly
         self._ids: dict[tuple[str, Any], int] = {}
+        self._origins: set[int] = set()
         self._pid = os.getpid()
         self._lock = threading.Lock()
 
@@ -180,6 +184,7 @@ class Store:
         # committed: the new rows exist for good
         with self._lock:
             self._ids.update(txn.new_ids)
+            self._origins |= txn.origins
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -268,12 +273,17 @@ class Store:
                 "structure_key": ident.structure_key,
                 "canonical_text": ident.canonical_text,
                 "spec_json": ident.spec_json,
+                "origin_json": ident.origin_json,
                 "created_at": _dt.datetime.now(_dt.UTC),
             }
 
-        return self._get_or_create(
-            txn, "einsum", ident.canonical_key, ("canonical_key",), values
-        )
+        eid = self._get_or_create(txn, "einsum", ident.canonical_key, ("canonical_key",), values)
+        if ident.origin_json is not None and eid not in self._origins | txn.origins:
+            # an einsum recorded without an origin (before revision 0005) gets its first one
+            txn.conn.execute(ET.update().where(ET.c.id == eid, ET.c.origin_json.is_(None))
+                             .values(origin_json=ident.origin_json))
+            txn.origins.add(eid)
+        return eid
 
     def recipe_id_for_write(self, txn: Txn, name: str, version: str) -> int:
         return self._get_or_create(
@@ -318,9 +328,11 @@ class Store:
             return int(pk[0])
 
     def add_measurements(self, rows: Iterable[MeasurementRow], *, skip_existing: bool = False,
-                         what: str = "adding measurements") -> tuple[int, int]:
+                         what: str = "adding measurements",
+                         also: Callable[[Txn], Any] | None = None) -> tuple[int, int]:
         """Insert *rows* in one transaction; returns (added, skipped). *skip_existing*:
-        rows whose uid is already present are skipped (imports, merges)."""
+        rows whose uid is already present are skipped (imports, merges); *also* writes more
+        in the same transaction."""
         added = skipped = 0
         with self.writing(what) as txn:
             batch: list[MeasurementRow] = []
@@ -356,6 +368,8 @@ class Store:
                 if len(batch) >= 500:
                     flush()
             flush()
+            if also is not None:
+                also(txn)
         return added, skipped
 
     def set_roofline(self, info: DeviceInfo, data_json: str,

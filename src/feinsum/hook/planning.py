@@ -172,7 +172,11 @@ class Planner:
                     f"{self.info.name!r}: tune it (`feinsum tune --kernel ...`, or "
                     "on_miss='tune') or pass on_miss='default'")
             if self.opts.on_miss == "tune":
-                answer, note, tuned_here = self.tune(e_at, m.canonical_key)
+                from feinsum.database import einsum_origin
+
+                origin = einsum_origin(e, fixed, kernel=m.kernel_name,
+                                       statements=m.all_insn_ids)
+                answer, note, tuned_here = self.tune(e_at, m.canonical_key, origin)
                 notes.append(note)
                 action = "tuned" if tuned_here else "replayed"
         rec = answer.record
@@ -214,9 +218,10 @@ class Planner:
                                       note=_join(notes)))
         return Plan(None, replace(base, action="failed", note=_join(notes)))
 
-    def tune(self, e: BatchedEinsum, key: str) -> tuple[Answer, str, bool]:
-        """Tune *e* unless another process does: the answer afterwards, a note, and whether
-        this process tuned."""
+    def tune(self, e: BatchedEinsum, key: str, origin: Mapping[str, Any]
+             ) -> tuple[Answer, str, bool]:
+        """Tune *e* (found where *origin* says) unless another process does: the answer
+        afterwards, a note, and whether this process tuned."""
         from feinsum.hook.locks import TuningLock, lock_directory
 
         if self.db is None:
@@ -239,7 +244,8 @@ class Planner:
 
             dev = self.dev if self.dev is not None else _cl_device(self.info)
             autotune(e, device=dev, db=self.db, budget=self.opts.budget,
-                     time_limit=self.opts.time_limit, progress=False, peers=False)
+                     time_limit=self.opts.time_limit, progress=False, peers=False,
+                     origin=origin)
             self.tuned = True
             return self.best(e), "", True
         finally:

@@ -116,11 +116,13 @@ class TuningResult:
 class _Records:
     """The tuning run's view of the database: records of this einsum, lengths and device."""
 
-    def __init__(self, db: Any, einsum: BatchedEinsum, target: Target, device: DeviceInfo):
+    def __init__(self, db: Any, einsum: BatchedEinsum, target: Target, device: DeviceInfo,
+                 origin: Mapping[str, Any] | None = None):
         self.db = db
         self.einsum = einsum
         self.target = target
         self.device = device
+        self.origin = origin
 
     def records(self, recipe_name: str, version: str) -> list[Any]:
         if self.db is None:
@@ -143,8 +145,13 @@ class _Records:
             spread=t.spread if t else None, flops=m.flops, bytes=m.nbytes,
             validation_error=m.validation_error, message=m.message or None,
             started_at=_stamp(m.started_at), timing_started_at=_stamp(m.timing_started),
-            timing_ended_at=_stamp(m.timing_ended),
+            timing_ended_at=_stamp(m.timing_ended), origin=self.origin,
         ))
+
+    def add_peers(self, times: Mapping[str, float]) -> None:
+        if self.db is not None and times:
+            self.db.add_peer_timings(self.einsum, self.device, times,
+                                     lengths=self.target.lengths, origin=self.origin)
 
 
 def _stamp(t: float) -> _dt.datetime | None:
@@ -264,6 +271,7 @@ def autotune(
     callback: Callable[[Measurement], None] | None = None,
     fixed: Mapping[str, Mapping[str, Any]] | None = None,
     timing_lock: Any = None,
+    origin: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> TuningResult:
     """Tune *einsum* on *device*: search the applicable recipes' configurations, measure
@@ -290,6 +298,8 @@ def autotune(
         candidate): a lock shared with the other processes that time on the same
         physical device (``threading.Lock``-like; a campaign passes a
         ``distributed.Lock``). The interval each candidate held it is recorded.
+    :arg origin: how the einsum was given, recorded with it the first time
+        (:func:`feinsum.database.einsum_origin`; default: *einsum* and *lengths* as given).
     :arg options: :class:`~feinsum.measurement.MeasureOptions` fields (``min_samples``,
         ``min_time``, ``build_timeout``, ``run_timeout``, ``validate_full``, ...).
     """
@@ -312,8 +322,12 @@ def autotune(
     store = None if db is False else db
     opts = MeasureOptions().with_overrides(**options)
     target = Target.make(einsum, lengths)
+    if store is not None and origin is None:
+        from feinsum.database import einsum_origin
+
+        origin = einsum_origin(einsum, lengths)
     records = _Records(store, einsum.with_lengths(dict(lengths)) if lengths else einsum,
-                       target, info)
+                       target, info, origin)
     chosen, skipped = _resolve_recipes(recipes, target.spec, info, recipe_path)
     if not chosen and not baseline:
         raise TuningError(f"no recipe applies to {einsum}: "
@@ -326,6 +340,7 @@ def autotune(
             inputs = random_inputs(target.spec, target.lengths, opts.seed)
             peer_times = time_peers(target.spec.with_lengths(target.lengths), inputs,
                                     min_samples=opts.min_samples, min_time=opts.min_time)
+            records.add_peers(peer_times)
 
     if budget is None and strategy != "exhaustive":
         budget = DEFAULT_BUDGET
@@ -339,7 +354,11 @@ def autotune(
         old = records.records(UNTRANSFORMED, untransformed_version())
         base_m = _from_record(old[0], target, opts.spread_limit, roof) if old else None
 
-    title = f"{einsum.subscripts} at {target.lengths}" if target.lengths else einsum.subscripts
+    title = einsum.subscripts
+    if target.lengths:  # in the user's names where the origin has them (E=2048, not n0=2048)
+        from feinsum.database.origins import lengths_label
+
+        title += f" at {lengths_label(origin, target.lengths)}"
     run = _Run(target, info, arms, records, opts, roof, budget, time_limit, t_start,
                callback, timing_lock)
     new, measured_base = run.search(workers, title, progress,
