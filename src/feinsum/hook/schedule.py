@@ -14,8 +14,10 @@ statement is left to run on one work-item:
   (coalesced) when it is at least that long, the longest other loop to the groups;
   otherwise the longest loop goes to work-items and groups.
 
-Loops the unit shares with other statements are first duplicated for it, so that the
-schedule of one unit never changes another's.
+Only loops whose iterations are independent are spread (every statement writes elements
+indexed by the loop, and reads what the unit writes only where it writes it); a unit with
+none stays sequential. Loops the unit shares with other statements are first duplicated
+for it, so that the schedule of one unit never changes another's.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ def schedule_unit(knl: lp.LoopKernel, insn_ids: frozenset[str], device: DeviceIn
     extents = {i: _extent(knl, i) for i in loops}
     if any(x is None for x in extents.values()):
         return knl  # a loop that does not start at 0 or depends on another: leave it
+    loops = _independent(knl, insns, loops)
+    if not loops:
+        return knl  # every loop carries a dependence: the statements stay sequential
     order = _output_order(insns, loops)
     size = {i: (x if isinstance(x, int) else _LONG) for i, x in extents.items()}
 
@@ -100,6 +105,40 @@ def schedule_unit(knl: lp.LoopKernel, insn_ids: frozenset[str], device: DeviceIn
     if outer is None or size[outer] <= 1:
         return knl
     return lp.split_iname(knl, outer, lanes, outer_tag="g.0", inner_tag="l.0", within=within)
+
+
+def _independent(knl: lp.LoopKernel, insns: list[Any], loops: set[str]) -> set[str]:
+    """The loops whose iterations are independent: every statement writes an array element
+    indexed by the loop (iterations write different elements), and reads what the unit
+    writes only at the element it writes (no value flows between iterations). Private
+    temporaries are each work-item's own."""
+    from loopy.kernel.data import AddressSpace
+
+    from feinsum.formulas import walk
+
+    def private(name: str) -> bool:
+        tv = knl.temporary_variables.get(name)
+        return tv is not None and tv.address_space != AddressSpace.GLOBAL
+
+    written: dict[str, set[Any]] = {}
+    ok = set(loops)
+    for insn in insns:
+        for a in getattr(insn, "assignees", ()):
+            if isinstance(a, prim.Variable) and private(a.name):
+                continue
+            if not (isinstance(a, prim.Subscript) and isinstance(a.aggregate, prim.Variable)):
+                return set()
+            if private(a.aggregate.name):
+                continue
+            written.setdefault(a.aggregate.name, set()).add(a.index_tuple)
+            ok &= {i.name for i in a.index_tuple if isinstance(i, prim.Variable)}
+    for insn in insns:
+        for e in walk(getattr(insn, "expression", 0)):
+            if isinstance(e, prim.Subscript) and isinstance(e.aggregate, prim.Variable) and (
+                e.aggregate.name in written and {e.index_tuple} != written[e.aggregate.name]
+            ):
+                return set()
+    return ok
 
 
 def _own_loops(knl: lp.LoopKernel, insn_ids: frozenset[str], loops: set[str]) -> lp.LoopKernel:

@@ -262,8 +262,9 @@ class _Kernel:
         unit = tuple(k for k, n in enumerate(shape)
                      if isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n == 1)
         if unit and len(unit) == len(shape):
-            raise _Reject(f"array {name!r} of shape {shape} holds a single value; pass it as "
-                          "a scalar parameter (a ValueArg)")
+            raise _Reject(f"array {name!r} of shape {shape} holds a single value; feinsum "
+                          "reads it as a scalar parameter (a ValueArg) and writes it as a 0-d "
+                          "array (shape ())")
         return unit
 
     def squeeze(self, sub: prim.Subscript) -> prim.Subscript:
