@@ -50,7 +50,7 @@ def test_export_import_round_trip(db: Database, tmp_path: Path) -> None:
     first = tmp_path / "first.jsonl"
     assert db.export(first) == 5
     lines = first.read_text().splitlines()
-    assert json.loads(lines[0]) == {"format": "feinsum-timings", "format_version": 1,
+    assert json.loads(lines[0]) == {"format": "feinsum-timings", "format_version": 2,
                                     "type": "header"}
     assert json.loads(lines[-1]) == {"type": "end"}
     assert [json.loads(x)["type"] for x in lines[1:-1]] == (
@@ -166,7 +166,7 @@ def _mutations(good: str) -> dict[str, tuple[str | bytes, str]]:
         "csv": ("uid,median\nabc,0.1\n", "not a feinsum export"),
         "binary": (bytes(range(256)) * 8, "not a feinsum export|not a line"),
         "array line": (lines[0] + "[1, 2]\n" + lines[-1], "expected a JSON object"),
-        "newer format": (good.replace('"format_version":1', '"format_version":99', 1),
+        "newer format": (good.replace('"format_version":2', '"format_version":99', 1),
                          "newer than this feinsum"),
         "unknown type": (lines[0] + '{"type":"macro","code":"import os"}\n' + lines[-1],
                          "unknown line type"),

@@ -407,7 +407,7 @@ class Database:
         from .models import Device, Measurement
         from .sharing import export_file
 
-        conds = Filters(recipe=recipe, status=status).conditions(joined=False)
+        conds = Filters(recipe=recipe, status=status, retired=True).conditions(joined=False)
         dkey = _device_key(device)
         if dkey is not None:
             conds.append(
