@@ -79,6 +79,9 @@ def worker_main(fd: int) -> None:
     def phase(name: str) -> None:
         conn.send(("phase", name))
 
+    def noted(fingerprint: str) -> None:
+        conn.send(("fingerprint", fingerprint))
+
     state = DeviceState.open(DeviceInfo.from_dict(info_dict))
     import feinsum.lowering
     import feinsum.recipes
@@ -97,7 +100,7 @@ def worker_main(fd: int) -> None:
             if msg[0] == "prepare":
                 os.truncate(log_path, 0)
                 prepared = None
-                prepared = prepare(state, msg[1], phase)
+                prepared = prepare(state, msg[1], phase, noted)
                 conn.send(("prepared", prepared.validation_error, prepared.phase_times))
             elif msg[0] == "time":
                 if prepared is None:
@@ -136,6 +139,8 @@ class _Worker:
     remaining: float = 0.0
     validation_error: float | None = None
     phase_times: dict[str, float] = field(default_factory=dict)
+    #: the fingerprint of the candidate's generated code, once the worker sent it
+    fingerprint: str | None = None
 
     @property
     def busy_cpu(self) -> bool:
@@ -334,7 +339,7 @@ class WorkerPool:
             if w.candidate is None and w.state in ("idle", "starting"):
                 c = self._queue.popleft()
                 w.candidate, w.started_at = c, time.time()
-                w.validation_error, w.phase_times = None, {}
+                w.validation_error, w.phase_times, w.fingerprint = None, {}, None
                 w.conn.send(("prepare", c))
                 if w.state == "idle":
                     self._set_state(w, "preparing")
@@ -381,6 +386,8 @@ class WorkerPool:
                 else:
                     self._set_state(w, "preparing")
                     w.deadline = now + w.candidate.options.build_timeout
+            elif kind == "fingerprint":
+                w.fingerprint = msg[1]
             elif kind == "phase":
                 w.phase = msg[1]
                 if w.state == "preparing" and w.candidate is not None:  # a step's deadline
@@ -393,7 +400,8 @@ class WorkerPool:
             elif kind == "timed":
                 c = _held(w)
                 m = finish(c, "ok", msg[3], msg[1], w.validation_error, msg[2],
-                           w.started_at, time.time() - w.started_at, self.roofline)
+                           w.started_at, time.time() - w.started_at, self.roofline,
+                           w.fingerprint)
                 if m.seconds:
                     self.note_best(c.target.key, m.seconds)
                 done.append(m)
@@ -418,7 +426,7 @@ class WorkerPool:
         if w.candidate is None:
             return
         done.append(finish(w.candidate, category, message, started_at=w.started_at,
-                           wall_time=time.time() - w.started_at))
+                           wall_time=time.time() - w.started_at, fingerprint=w.fingerprint))
 
     def _fail_died(self, w: _Worker, done: list[Measurement]) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -65,6 +65,8 @@ class CandidateFailure(Exception):
         super().__init__(f"{category}: {message}")
         self.category = category
         self.message = message
+        #: the fingerprint of the generated code, when the failure came after code generation
+        self.fingerprint: str | None = None
 
 
 # {{{ options and statistics
@@ -170,6 +172,9 @@ class Measurement:
     phase_times: dict[str, float] = field(default_factory=dict)
     started_at: float = 0.0
     wall_time: float = 0.0
+    #: :func:`feinsum.fingerprint.code_fingerprint` of the code measured (None: the
+    #: candidate failed before its code was generated)
+    fingerprint: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -364,6 +369,7 @@ class Prepared:
     args: dict[str, Any]
     validation_error: float | None
     phase_times: dict[str, float]
+    fingerprint: str | None = None
 
 
 def _kernel_args(state: DeviceState, c: Candidate, lengths: Mapping[str, int],
@@ -384,12 +390,30 @@ def _run(executor: Any, queue: Any, args: dict[str, Any]) -> tuple[float, dict[s
     return (_device_seconds(events) if events else 0.0), dict(outputs)
 
 
-def prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None] = lambda s: None
-            ) -> Prepared:
+def prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None] = lambda s: None,
+            noted: Callable[[str], None] = lambda fp: None) -> Prepared:
     """Generate, transform and build *c*, then validate it: a :class:`Prepared` or a
-    :class:`CandidateFailure` with its category."""
+    :class:`CandidateFailure` with its category. *noted* is called with the fingerprint of
+    the generated code as soon as it is known (before the OpenCL build); a failure after
+    that point carries it too."""
+    fingerprint: list[str] = []
+
+    def note(fp: str) -> None:
+        fingerprint.append(fp)
+        noted(fp)
+
+    try:
+        return _prepare(state, c, phase, note)
+    except CandidateFailure as exc:
+        exc.fingerprint = fingerprint[0] if fingerprint else None
+        raise
+
+
+def _prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None],
+             noted: Callable[[str], None]) -> Prepared:
     import loopy as lp
 
+    from feinsum.fingerprint import code_fingerprint
     from feinsum.lowering import generate_loopy
 
     times: dict[str, float] = {}
@@ -425,7 +449,12 @@ def prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None] = lam
     executor: Any = t_unit.executor(state.context)  # a PyOpenCLExecutor
     try:
         phase("build")  # code generation and clBuildProgram, before any run
-        executor.translation_unit_info(executor.arg_to_dtype(args_s))
+        arg_to_dtype = executor.arg_to_dtype(args_s)
+        # the code the build compiles (loopy caches it: the build does not generate it again)
+        fingerprint = code_fingerprint(
+            executor.get_typed_and_scheduled_translation_unit(arg_to_dtype), state.info)
+        noted(fingerprint)
+        executor.translation_unit_info(arg_to_dtype)
     except Exception as exc:
         raise CandidateFailure("compile-error", _short(exc)) from exc
     times["build"] = time.perf_counter() - t0
@@ -460,7 +489,7 @@ def prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None] = lam
             raise CandidateFailure("wrong-result", f"at lengths {lens}: {why}")
     times["validate"] = time.perf_counter() - t0
     _, args = _kernel_args(state, c, c.target.lengths, recipe)
-    return Prepared(c, executor, args, err, times)
+    return Prepared(c, executor, args, err, times, fingerprint)
 
 
 def time_prepared(state: DeviceState, p: Prepared, cutoff: float | None = None
@@ -514,7 +543,7 @@ def _short(exc: BaseException, limit: int = 2000) -> str:
 def finish(c: Candidate, status: str, message: str = "", samples: list[float] | None = None,
            validation_error: float | None = None, phase_times: dict[str, float] | None = None,
            started_at: float = 0.0, wall_time: float = 0.0,
-           roofline: Roofline | None = None) -> Measurement:
+           roofline: Roofline | None = None, fingerprint: str | None = None) -> Measurement:
     """The :class:`Measurement` of a candidate's outcome."""
     timing = None
     fraction = None
@@ -528,7 +557,7 @@ def finish(c: Candidate, status: str, message: str = "", samples: list[float] | 
         params=dict(c.params), lengths=dict(c.target.lengths), message=message, timing=timing,
         flops=c.target.flops, nbytes=c.target.nbytes, roofline_fraction=fraction,
         validation_error=validation_error, phase_times=dict(phase_times or {}),
-        started_at=started_at, wall_time=wall_time,
+        started_at=started_at, wall_time=wall_time, fingerprint=fingerprint,
     )
 
 
@@ -540,9 +569,10 @@ def measure_in_process(state: DeviceState, c: Candidate, roofline: Roofline | No
         p = prepare(state, c)
         samples, note = time_prepared(state, p)
     except CandidateFailure as exc:
-        return finish(c, exc.category, exc.message, started_at=t0, wall_time=time.time() - t0)
+        return finish(c, exc.category, exc.message, started_at=t0, wall_time=time.time() - t0,
+                      fingerprint=exc.fingerprint)
     return finish(c, "ok", note, samples, p.validation_error, p.phase_times, t0,
-                  time.time() - t0, roofline)
+                  time.time() - t0, roofline, p.fingerprint)
 
 
 def measure(

@@ -142,7 +142,7 @@ class _Records:
             spread=t.spread if t else None, flops=m.flops, bytes=m.nbytes,
             validation_error=m.validation_error, message=m.message or None,
             started_at=_dt.datetime.fromtimestamp(m.started_at, _dt.UTC)
-            if m.started_at else None,
+            if m.started_at else None, code_fingerprint=m.fingerprint,
         ))
 
 
@@ -156,7 +156,7 @@ def _from_record(r: Any, target: Target, spread_limit: float, roofline: Roofline
                        recipe_version=r.recipe_version, params=dict(r.params),
                        lengths=dict(r.lengths), message=r.message or "", timing=timing,
                        flops=target.flops, nbytes=target.nbytes, roofline_fraction=fraction,
-                       validation_error=r.validation_error)
+                       validation_error=r.validation_error, fingerprint=r.code_fingerprint)
 
 
 # }}}
