@@ -67,6 +67,8 @@ _LAZY: dict[str, str] = {
     "measure": "feinsum.measurement",
     "measure_roofline": "feinsum.roofline",
     "autotune": "feinsum.tuning",
+    "revalidate": "feinsum.tuning.codecheck",
+    "current_recipes": "feinsum.tuning.codecheck",
     "kernel_reduction": "feinsum.reductions",
     "compile": "feinsum.direct",
     "transform_program": "feinsum.hook",

@@ -65,8 +65,6 @@ class CandidateFailure(Exception):
         super().__init__(f"{category}: {message}")
         self.category = category
         self.message = message
-        #: the fingerprint of the generated code, when the failure came after code generation
-        self.fingerprint: str | None = None
 
 
 # {{{ options and statistics
@@ -393,24 +391,8 @@ def _run(executor: Any, queue: Any, args: dict[str, Any]) -> tuple[float, dict[s
 def prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None] = lambda s: None,
             noted: Callable[[str], None] = lambda fp: None) -> Prepared:
     """Generate, transform and build *c*, then validate it: a :class:`Prepared` or a
-    :class:`CandidateFailure` with its category. *noted* is called with the fingerprint of
-    the generated code as soon as it is known (before the OpenCL build); a failure after
-    that point carries it too."""
-    fingerprint: list[str] = []
-
-    def note(fp: str) -> None:
-        fingerprint.append(fp)
-        noted(fp)
-
-    try:
-        return _prepare(state, c, phase, note)
-    except CandidateFailure as exc:
-        exc.fingerprint = fingerprint[0] if fingerprint else None
-        raise
-
-
-def _prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None],
-             noted: Callable[[str], None]) -> Prepared:
+    :class:`CandidateFailure` with its category. *noted* gets the fingerprint of the
+    generated code as soon as it is known (before the OpenCL build, which may fail)."""
     import loopy as lp
 
     from feinsum.fingerprint import code_fingerprint
@@ -565,12 +547,13 @@ def measure_in_process(state: DeviceState, c: Candidate, roofline: Roofline | No
                        ) -> Measurement:
     """Run the protocol in this process (no timeout, no crash protection)."""
     t0 = time.time()
+    seen: list[str] = []
     try:
-        p = prepare(state, c)
+        p = prepare(state, c, noted=seen.append)
         samples, note = time_prepared(state, p)
     except CandidateFailure as exc:
         return finish(c, exc.category, exc.message, started_at=t0, wall_time=time.time() - t0,
-                      fingerprint=exc.fingerprint)
+                      fingerprint=seen[0] if seen else None)
     return finish(c, "ok", note, samples, p.validation_error, p.phase_times, t0,
                   time.time() - t0, roofline, p.fingerprint)
 

@@ -28,6 +28,7 @@ from .engine import (
     schema_version,
     sqlite_path,
 )
+from .lazy import Overlay, checked_best, checked_query
 from .records import (
     Answer,
     EinsumIdentity,
@@ -40,6 +41,8 @@ from .records import (
     lengths_key,
     normalise,
 )
+from .resolve import DatabaseLike, resolve_database
+from .revalidation import CodeChecker
 from .store import Filters, Store
 
 if TYPE_CHECKING:
@@ -91,6 +94,12 @@ def _agrees(asked: Mapping[str, int], found: Mapping[str, int]) -> bool:
     return all(found.get(s) == v for s, v in asked.items())
 
 
+def _plain_versions(versions: Mapping[str, str] | CodeChecker | None
+                    ) -> Mapping[str, str] | None:
+    """A ``recipe_versions`` filter that is not a checker (the lazy path sets its own)."""
+    return None if isinstance(versions, CodeChecker) else versions
+
+
 class Database:
     """The timing database: see :func:`open_database`."""
 
@@ -119,6 +128,8 @@ class Database:
         self._shipped_count = 0
         self._shipped_loaded = include_shipped is False
         self._lock = threading.Lock()
+        #: verdicts of lazy revalidation not written back (see :mod:`.lazy`)
+        self.overlay = Overlay()
 
     # {{{ plumbing
 
@@ -245,7 +256,7 @@ class Database:
         device: DeviceLike | str | None = None,
         *,
         recipe: str | tuple[str, str] | None = None,
-        recipe_versions: Mapping[str, str] | None = None,
+        recipe_versions: Mapping[str, str] | CodeChecker | None = None,
         status: str | Sequence[str] | None = "ok",
         lengths: Mapping[str, int] | None = None,
         loopy_version: str | None = None,
@@ -258,7 +269,9 @@ class Database:
     ) -> list[Record]:
         """Records of *einsum* (by canonical key: every length it was timed at unless
         *lengths* is given) on *device*, fastest first (minimum time; ties: median time,
-        then insertion order, the user's records before shipped ones). See :func:`query`."""
+        then insertion order, the user's records before shipped ones). See :func:`query`;
+        *recipe_versions* may be :func:`feinsum.current_recipes` (records of other versions
+        are revalidated first)."""
         key: str | None
         if einsum is None:
             key = None
@@ -266,13 +279,22 @@ class Database:
             key = einsum
         else:
             key = einsum_identity(einsum).canonical_key
+        checker = recipe_versions if isinstance(recipe_versions, CodeChecker) else None
         filters = Filters(
-            recipe=recipe, recipe_versions=recipe_versions, status=status,
+            recipe=recipe, recipe_versions=_plain_versions(recipe_versions), status=status,
             loopy_version=loopy_version, pyopencl_version=pyopencl_version,
             feinsum_version=feinsum_version, driver_version=driver_version, max_age=max_age,
             lengths_key=None if lengths is None else lengths_key(lengths),
         )
         dkey = _device_key(device)
+
+        def run(f: Filters) -> list[Record]:
+            return self._query(key, dkey, f, limit, include_shipped)
+
+        return run(filters) if checker is None else checked_query(self, checker, filters, run)
+
+    def _query(self, key: str | None, dkey: str | None, filters: Filters, limit: int | None,
+               include_shipped: bool) -> list[Record]:
         records: list[Record] = []
         seen: set[str] = set()
         for store in self._stores(include_shipped):
@@ -291,7 +313,7 @@ class Database:
         *,
         lengths: Mapping[str, int] | None = None,
         recipe: str | tuple[str, str] | None = None,
-        recipe_versions: Mapping[str, str] | None = None,
+        recipe_versions: Mapping[str, str] | CodeChecker | None = None,
         loopy_version: str | None = None,
         pyopencl_version: str | None = None,
         max_age: _dt.timedelta | None = None,
@@ -304,10 +326,19 @@ class Database:
         lengths_key(asked)  # validates
         if ident.structure_key == "":
             return Answer("default", None, ident.canonical_key, asked)
+        checker = recipe_versions if isinstance(recipe_versions, CodeChecker) else None
         filters = Filters(
-            recipe=recipe, recipe_versions=recipe_versions, status="ok",
+            recipe=recipe, recipe_versions=_plain_versions(recipe_versions), status="ok",
             loopy_version=loopy_version, pyopencl_version=pyopencl_version, max_age=max_age,
         )
+
+        def run(f: Filters) -> Answer:
+            return self._best(ident, info, asked, f)
+
+        return run(filters) if checker is None else checked_best(self, checker, filters, run)
+
+    def _best(self, ident: EinsumIdentity, info: DeviceInfo, asked: dict[str, int],
+              filters: Filters) -> Answer:
         stores = self._stores()
         with contextlib.ExitStack() as stack:
             conns = [stack.enter_context(st.reading("finding the best record")) for st in stores]
@@ -491,25 +522,10 @@ def open_database(
     return Database(url, readonly=readonly, include_shipped=include_shipped)
 
 
-_DEFAULTS: dict[str, Database] = {}
-_DEFAULTS_LOCK = threading.Lock()
-
-
-def _resolve_db(db: Database | str | os.PathLike[str] | URL | None) -> Database:
-    if isinstance(db, Database):
-        return db
-    key = display_url(resolve_url(db)) + f"#{os.getpid()}"
-    with _DEFAULTS_LOCK:
-        found = _DEFAULTS.get(key)
-        if found is None:
-            found = _DEFAULTS[key] = Database(db)
-        return found
-
-
 def query(
     einsum: EinsumLike | None,
     device: DeviceLike | str | None = None,
-    db: Database | str | os.PathLike[str] | None = None,
+    db: DatabaseLike = None,
     *,
     recipe: str | tuple[str, str] | None = None,
     status: str | Sequence[str] | None = "ok",
@@ -528,9 +544,9 @@ def query(
     list, or None for all), library versions, *driver_version*, *max_age* (a timedelta),
     *limit*; also ``lengths=`` (only records timed at these canonical lengths),
     ``recipe_versions=`` ({name: version}), ``feinsum_version=``,
-    ``include_shipped=``. *db*: a :class:`Database`, a path/URL, or None for the default
-    database."""
-    return _resolve_db(db).query(
+    ``include_shipped=``. *db*: a :class:`Database`, a path, an SQLAlchemy URL, or None
+    for the default database."""
+    return resolve_database(db).query(
         einsum, device, recipe=recipe, status=status, loopy_version=loopy_version,
         pyopencl_version=pyopencl_version, driver_version=driver_version, max_age=max_age,
         limit=limit, **kwargs,
@@ -540,7 +556,7 @@ def query(
 def best(
     einsum: EinsumLike,
     device: DeviceLike,
-    db: Database | str | os.PathLike[str] | None = None,
+    db: DatabaseLike = None,
     **kwargs: Any,
 ) -> Answer:
     """The fastest known configuration for *einsum* on *device*, down the fallback chain:
@@ -558,4 +574,4 @@ def best(
     ``lengths=``, ``recipe=``, ``recipe_versions=`` ({name: current version}: ignore
     records of other versions),
     ``loopy_version=``, ``pyopencl_version=``, ``max_age=``."""
-    return _resolve_db(db).best(einsum, device, **kwargs)
+    return resolve_database(db).best(einsum, device, **kwargs)

@@ -4,7 +4,6 @@ record of the timing database (or a recipe's default), with a report of what was
 from __future__ import annotations
 
 import collections
-import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -69,24 +68,10 @@ def _cl_device(info: DeviceInfo) -> Any:
     raise DeviceError(f"tuning needs the device {info.name!r}, which is not present here")
 
 
-_DATABASES: dict[str, Database] = {}
-_DB_LOCK = threading.Lock()
-
-
 def _database(db: Any) -> Database | None:
-    if db is False:
-        return None
-    from feinsum.database import Database, open_database, resolve_url
-    from feinsum.database.engine import display_url
+    from feinsum.database.resolve import optional_database
 
-    if isinstance(db, Database):
-        return db
-    key = f"{display_url(resolve_url(db))}#{os.getpid()}"
-    with _DB_LOCK:
-        found = _DATABASES.get(key)
-        if found is None:
-            found = _DATABASES[key] = open_database(db)
-        return found
+    return optional_database(db)
 
 
 # }}}
@@ -141,14 +126,15 @@ class _Run:
 
     def __init__(self, info: DeviceInfo, dev: Any, db: Database | None, opts: _Options,
                  recipe_path: Any) -> None:
-        from feinsum.measurement import UNTRANSFORMED, untransformed_version
+        from feinsum.measurement import UNTRANSFORMED
         from feinsum.recipes import recipes
+        from feinsum.tuning.codecheck import CurrentRecipes
 
         self.info, self.dev, self.db, self.opts = info, dev, db, opts
         self.recipes: list[Recipe] = recipes(recipe_path)
         self.by_name = {r.name: r for r in self.recipes}
-        self.versions = {r.name: r.version for r in self.recipes}
-        self.versions[UNTRANSFORMED] = untransformed_version()
+        # records of older recipe versions are revalidated before they are replayed
+        self.versions = CurrentRecipes(self.recipes)
         self.untransformed = UNTRANSFORMED
         self.tuned = False
 

@@ -128,6 +128,18 @@ class _Records:
                                   recipe=(recipe_name, version), status=None,
                                   lengths=self.target.lengths))
 
+    def revalidate(self, recipes: Sequence[Recipe], jobs: int) -> None:
+        """Move the records of older versions of *recipes* (and of the untransformed kernel)
+        whose code is unchanged to the current versions (retiring the others), so that the
+        run resumes from them instead of measuring them again."""
+        if self.db is None:
+            return
+        from feinsum.tuning.codecheck import CurrentRecipes
+
+        self.db.query(self.einsum, device=self.device, status=None,
+                      lengths=self.target.lengths,
+                      recipe_versions=CurrentRecipes(recipes, jobs=jobs))
+
     def add(self, m: Measurement) -> None:
         if self.db is None:
             return
@@ -263,8 +275,9 @@ def autotune(
     """Tune *einsum* on *device*: search the applicable recipes' configurations, measure
     each in an isolated worker, record everything in *db*, and return the best.
 
-    :arg db: a database (:func:`feinsum.open_database`); ``None``: the default database;
-        ``False``: record nothing (no resume, the roofline measured again).
+    :arg db: a :class:`~feinsum.database.Database`, a path, an SQLAlchemy URL, ``None``
+        (the default database) or ``False`` (record nothing: no resume, the roofline
+        measured again).
     :arg recipes: recipes (objects or names) to consider; default: every recipe on
         *recipe_path*, ``FEINSUM_RECIPE_PATH`` and the shipped ones that applies.
     :arg strategy: ``"exhaustive"``, ``"random"``, ``"model"`` (optuna TPE) or ``"auto"``
@@ -283,8 +296,10 @@ def autotune(
     :arg options: :class:`~feinsum.measurement.MeasureOptions` fields (``min_samples``,
         ``min_time``, ``build_timeout``, ``run_timeout``, ``validate_full``, ...).
     """
+    from feinsum.database.resolve import optional_database
     from feinsum.devices import device_info, get_device
     from feinsum.roofline import measure_roofline
+    from feinsum.tuning.codecheck import default_jobs
     from feinsum.tuning.peers import time_peers
 
     if strategy != "auto" and strategy not in STRATEGIES:
@@ -295,11 +310,7 @@ def autotune(
     t_start = time.monotonic()
     dev = get_device(device)
     info = device_info(dev)
-    if db is None:
-        from feinsum.database import open_database
-
-        db = open_database()
-    store = None if db is False else db
+    store = optional_database(db)
     opts = MeasureOptions().with_overrides(**options)
     target = Target.make(einsum, lengths)
     records = _Records(store, einsum.with_lengths(dict(lengths)) if lengths else einsum,
@@ -309,7 +320,8 @@ def autotune(
         raise TuningError(f"no recipe applies to {einsum}: "
                           + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
 
-    roof = measure_roofline(dev, db=store)
+    records.revalidate(chosen, workers or default_jobs())
+    roof = measure_roofline(dev, db=False if store is None else store)
     peer_times: dict[str, float] = {}
     if peers:  # before any worker starts: nothing else runs on the CPU
         inputs = random_inputs(target.spec, target.lengths, opts.seed)
