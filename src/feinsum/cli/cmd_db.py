@@ -51,6 +51,9 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
                    "(default: --db)")
     p.add_argument("--all", action="store_true", dest="everything",
                    help="also check the records of current versions")
+    p.add_argument("--adopt", action="store_true",
+                   help="also fingerprint records measured before fingerprints at older "
+                   "recipe versions, trusting that today's code is the code they timed")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="processes generating code (default: CPU count, at most 4)")
     p.add_argument("--recipe-path", action="append", default=None, metavar="DIR",
@@ -146,7 +149,8 @@ def _revalidate(args: argparse.Namespace, url: str | None) -> tuple[dict[str, An
             print(f"  ... {done}/{total} records", file=sys.stderr, flush=True)
 
     kw = {"recipe_path": args.recipe_path, "dry_run": args.dry_run,
-          "everything": args.everything, "jobs": args.jobs, "progress": progress}
+          "adopt": args.adopt, "everything": args.everything, "jobs": args.jobs,
+          "progress": progress}
     reports = []
     for target in args.targets or [url]:
         p = None if target is None or "://" in target or target == ":memory:" else Path(target)

@@ -266,12 +266,13 @@ class Database:
         max_age: _dt.timedelta | None = None,
         limit: int | None = None,
         include_shipped: bool = True,
+        include_retired: bool = False,
     ) -> list[Record]:
         """Records of *einsum* (by canonical key: every length it was timed at unless
         *lengths* is given) on *device*, fastest first (minimum time; ties: median time,
         then insertion order, the user's records before shipped ones). See :func:`query`;
         *recipe_versions* may be :func:`feinsum.current_recipes` (records of other versions
-        are revalidated first)."""
+        are revalidated first); *include_retired*: also the records revalidation retired."""
         key: str | None
         if einsum is None:
             key = None
@@ -285,6 +286,7 @@ class Database:
             loopy_version=loopy_version, pyopencl_version=pyopencl_version,
             feinsum_version=feinsum_version, driver_version=driver_version, max_age=max_age,
             lengths_key=None if lengths is None else lengths_key(lengths),
+            retired=include_retired,
         )
         dkey = _device_key(device)
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Literal
 
 from feinsum.errors import DatabaseError
 
-from .revalidation import CodeChecker, Verdict, decide, plan, write_verdicts
+from .revalidation import CodeChecker, Mode, Verdict, decide, plan, write_verdicts
 from .statements import Filters
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def _usable(db: Database, r: Record, checker: CodeChecker) -> Record | Literal[F
             return dataclasses.replace(r, recipe_version=known.recipe_version,
                                        code_loopy_version=known.loopy_version or None)
         return False
-    v = plan(r, checker, adopt=False, everything=False)
+    v = plan(r, checker, Mode())
     if v is None:
         return None
     return r if v.action == "current" else False

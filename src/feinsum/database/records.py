@@ -246,9 +246,11 @@ class NewMeasurement:
     code_loopy_version: str | None = None
 
 
-#: Where a record's fingerprint comes from: computed when the code was timed, or later,
-#: by revalidating a record measured before fingerprints (see docs/database.rst).
-FINGERPRINT_ORIGINS: tuple[str, ...] = ("measured", "revalidated")
+#: Where a record's fingerprint comes from: computed when the code was timed; later, for a
+#: record measured before fingerprints, at the recipe version it was timed with
+#: ("revalidated"), or at a newer one, trusting that the code did not change ("adopted").
+#: See docs/database.rst.
+FINGERPRINT_ORIGINS: tuple[str, ...] = ("measured", "revalidated", "adopted")
 
 
 @dataclass(frozen=True)

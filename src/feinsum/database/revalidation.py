@@ -76,9 +76,27 @@ class CodeChecker(Protocol):
 
 #: Statuses of records measured before fingerprints that revalidation fingerprints: those
 #: whose code was generated and built (a compile error or a timeout may have come before).
-ADOPTED = ("ok", "wrong-result", "runtime-error")
+FINGERPRINTABLE = ("ok", "wrong-result", "runtime-error")
 #: What revalidation did to a record.
 ACTIONS = ("current", "kept", "fingerprinted", "retired", "unverifiable", "skipped")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How far a revalidation goes.
+
+    :arg fingerprint: compute the missing fingerprint of records measured before
+        fingerprints, at their (current) recipe version (a whole-database revalidation
+        does; a query does not);
+    :arg adopt: also of those at older versions, with the code the current version
+        generates: trusting, without proof, that it is the code they timed;
+    :arg everything: generate the code of records at current versions too (catches code
+        changes no version names, e.g. of islpy or pymbolic).
+    """
+
+    fingerprint: bool = False
+    adopt: bool = False
+    everything: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,37 +112,37 @@ class Verdict:
     recipe_version: str = ""
     loopy_version: str = ""
     fingerprint: str | None = None
+    #: the origin of a new fingerprint (:data:`~feinsum.database.records.FINGERPRINT_ORIGINS`)
+    origin: str | None = None
 
 
-def plan(r: Record, checker: CodeChecker, *, adopt: bool, everything: bool) -> Verdict | None:
-    """The verdict on *r* that needs no code generation, or None: generate its code.
-
-    *adopt*: compute the fingerprint of a record at its current version that has none;
-    *everything*: check records at current versions too."""
-    def left(action: str, why: str) -> Verdict:
+def plan(r: Record, checker: CodeChecker, mode: Mode) -> Verdict | None:
+    """The verdict on *r* that needs no code generation, or None: generate its code."""
+    def left(action: str, why: str = "") -> Verdict:
         return Verdict(r.uid, action, why, recipe_name=r.recipe_name,
                        recipe_version=r.recipe_version)
 
     current = checker.versions.get(r.recipe_name)
     if current is None:
         return left("skipped", "the recipe is not available here")
+    at_current = r.recipe_version == current
     fingerprint = r.code_fingerprint
-    if r.recipe_version == current:
-        if fingerprint is None and (not adopt or r.status not in ADOPTED):
-            return left("current", "")
-        if fingerprint is not None and not checker.comparable(fingerprint):
-            return left("current", "")
-        if (fingerprint is not None and not everything
-                and r.code_loopy_version == checker.loopy_version):
-            return left("current", "")
-        return None
-    if r.status == "invalid":
-        return left("unverifiable", "an invalid configuration: it has no code")
     if fingerprint is None:
-        return left("unverifiable", "measured before fingerprints, with another recipe "
-                    "version: nothing to compare")
+        if r.status not in FINGERPRINTABLE:
+            return left("current" if at_current else "unverifiable",
+                        "" if at_current else f"a {r.status} record measured before "
+                        "fingerprints (its code may never have been generated)")
+        if at_current:
+            return None if mode.fingerprint else left("current")
+        if mode.adopt:
+            return None
+        return left("unverifiable", "measured before fingerprints with another recipe "
+                    "version: nothing to compare (--adopt trusts it)")
     if not checker.comparable(fingerprint):
-        return left("unverifiable", "a fingerprint of another scheme")
+        return left("current" if at_current else "unverifiable",
+                    "" if at_current else "a fingerprint of another scheme")
+    if at_current and r.code_loopy_version == checker.loopy_version and not mode.everything:
+        return left("current")
     return None
 
 
@@ -140,13 +158,18 @@ def judge(r: Record, new: Regenerated, checker: CodeChecker) -> Verdict:
     if new.error is not None or new.fingerprint is None:
         error = new.error or "no code"
         if r.code_fingerprint is None:
-            return Verdict(r.uid, "unverifiable", "its code cannot be generated",
+            return Verdict(r.uid, "unverifiable", "its code cannot be generated now",
                            f"code generation fails: {error}",
                            r.recipe_name, r.recipe_version)
         return Verdict(r.uid, "retired", "code generation fails",
                        f"code generation fails ({', '.join(change)}): {error}", **base)
     if r.code_fingerprint is None:
-        return Verdict(r.uid, "fingerprinted", fingerprint=new.fingerprint, **base)
+        same = r.recipe_version == current
+        return Verdict(r.uid, "fingerprinted",
+                       "at the version it was timed with" if same else
+                       "adopted: computed at a newer version than it was timed with",
+                       fingerprint=new.fingerprint,
+                       origin="revalidated" if same else "adopted", **base)
     if new.fingerprint == r.code_fingerprint:
         same = r.recipe_version == current and r.code_loopy_version == loopy
         return Verdict(r.uid, "current" if same else "kept", fingerprint=new.fingerprint,
@@ -170,13 +193,13 @@ def check_items(store: Store, records: Sequence[Record]) -> list[CheckItem]:
     return [CheckItem(r, specs[r.canonical_key], infos[r.device_key]) for r in records]
 
 
-def decide(store: Store, records: Sequence[Record], checker: CodeChecker, *,
-           adopt: bool = False, everything: bool = False) -> list[Verdict]:
+def decide(store: Store, records: Sequence[Record], checker: CodeChecker,
+           mode: Mode = Mode()) -> list[Verdict]:
     """The verdict on every record of *store* in *records* (generating code where needed)."""
     verdicts: dict[str, Verdict] = {}
     todo = []
     for r in records:
-        v = plan(r, checker, adopt=adopt, everything=everything)
+        v = plan(r, checker, mode)
         if v is None:
             todo.append(r)
         else:
@@ -209,7 +232,7 @@ def write_verdicts(store: Store, verdicts: Iterable[Verdict], old: Mapping[str, 
                 values = {"recipe_id": rid, "code_fingerprint": v.fingerprint,
                           "code_loopy_version": v.loopy_version}
                 if r.code_fingerprint is None:
-                    values["fingerprint_origin"] = "revalidated"
+                    values["fingerprint_origin"] = v.origin
                     where.append(M.code_fingerprint.is_(None))
                 else:
                     where.append(M.code_fingerprint == r.code_fingerprint)
@@ -246,10 +269,9 @@ class RevalidationReport:
         verb = "would be " if self.dry_run else ""
         lines = [f"{self.where}: {self.total} records"]
         labels = {
-            "current": "current (their recipe version and loopy are today's)",
+            "current": "current (nothing to do)",
             "kept": f"{verb}kept under the current recipe version (code unchanged)",
-            "fingerprinted": f"{verb}fingerprinted (measured before fingerprints, at the "
-                             "current version)",
+            "fingerprinted": f"{verb}fingerprinted (measured before fingerprints)",
             "retired": f"{verb}retired (queries ignore them; nothing deleted)",
             "unverifiable": "left as they are (cannot be compared)",
             "skipped": "skipped (recipe not available here)",
@@ -270,19 +292,20 @@ def live_records(store: Store) -> list[Record]:
 
 
 def revalidate_store(store: Store, checker: CodeChecker, *, dry_run: bool = False,
-                     everything: bool = False,
+                     adopt: bool = False, everything: bool = False,
                      progress: Callable[[int, int], None] | None = None
                      ) -> RevalidationReport:
-    """Revalidate every live record of *store* (see the module docstring); *everything*:
-    generate the code of current records too (catches code changes no version names,
-    e.g. of islpy or pymbolic); *dry_run*: decide, write nothing."""
+    """Revalidate every live record of *store* (see the module docstring and
+    :class:`Mode`: missing fingerprints are computed); *dry_run*: decide, write
+    nothing."""
+    mode = Mode(fingerprint=True, adopt=adopt, everything=everything)
     report = RevalidationReport(store.where, dry_run=dry_run)
     records = live_records(store)
     by_uid = {r.uid: r for r in records}
-    chunk = 256
+    chunk = 64
     for i in range(0, len(records), chunk):
         part = records[i:i + chunk]
-        verdicts = decide(store, part, checker, adopt=True, everything=everything)
+        verdicts = decide(store, part, checker, mode)
         if not dry_run:
             write_verdicts(store, verdicts, by_uid)
         report.add(verdicts)

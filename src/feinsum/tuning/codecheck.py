@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from feinsum.database.revalidation import CheckItem, Regenerated
 
 if TYPE_CHECKING:
-    from feinsum.database import Database
+    from feinsum.database import DatabaseLike
     from feinsum.database.revalidation import RevalidationReport
     from feinsum.recipes import Recipe
 
@@ -218,8 +218,8 @@ def default_jobs() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
-def revalidate(db: Database | str | os.PathLike[str] | Any = None, *, recipe_path: Any = None,
-               dry_run: bool = False, everything: bool = False, jobs: int | None = None,
+def revalidate(db: DatabaseLike = None, *, recipe_path: Any = None, dry_run: bool = False,
+               adopt: bool = False, everything: bool = False, jobs: int | None = None,
                progress: Callable[[int, int], None] | None = None) -> RevalidationReport:
     """Revalidate every record of *db* against the current recipes and loopy: keep the
     records whose code is unchanged under the current recipe versions, retire the others,
@@ -229,6 +229,9 @@ def revalidate(db: Database | str | os.PathLike[str] | Any = None, *, recipe_pat
         (the default database); only its own records are revalidated (not the shipped
         ones, which are read-only).
     :arg dry_run: decide and count, change nothing.
+    :arg adopt: also fingerprint records measured before fingerprints at older recipe
+        versions, with the code the current version generates (trusting, without proof,
+        that it is the code they timed); by default they are left as they are.
     :arg everything: generate the code of records at current versions too.
     :arg jobs: worker processes generating code (default: the CPU count, at most 4).
     :arg progress: called with (records done, records) as revalidation goes.
@@ -240,11 +243,12 @@ def revalidate(db: Database | str | os.PathLike[str] | Any = None, *, recipe_pat
                              jobs=default_jobs() if jobs is None else jobs)
     database = resolve_database(db)
     return revalidate_store(database.user_store, checker, dry_run=dry_run,
-                            everything=everything, progress=progress)
+                            adopt=adopt, everything=everything, progress=progress)
 
 
 def revalidate_file(path: str | os.PathLike[str], *, recipe_path: Any = None,
-                    dry_run: bool = False, everything: bool = False, jobs: int | None = None,
+                    dry_run: bool = False, adopt: bool = False, everything: bool = False,
+                    jobs: int | None = None,
                     progress: Callable[[int, int], None] | None = None
                     ) -> RevalidationReport:
     """:func:`revalidate` the records of a JSON-lines export (the shipped ``db/*.jsonl``)
@@ -262,7 +266,7 @@ def revalidate_file(path: str | os.PathLike[str], *, recipe_path: Any = None,
             open_database(Path(tmp) / "records.sqlite", include_shipped=False) as db:
         db.import_file(path)
         report = revalidate_store(db.user_store, checker, dry_run=dry_run,
-                                  everything=everything, progress=progress)
+                                  adopt=adopt, everything=everything, progress=progress)
         report.where = str(path)
         if not dry_run:
             db.export(path)
