@@ -49,22 +49,25 @@ _COMMENT_OR_LITERAL = re.compile(
 )
 
 
-def _drop_comment(m: re.Match[str]) -> str:
-    text = m.group(0)
-    if text[0] in "\"'":
-        return text  # a string or character literal: kept as it is
-    return "\n" if "\n" in text else " "
-
-
 def normalise_source(code: str, kernel_names: Sequence[str] = ()) -> str:
     """*code* without comments, with one space for every run of blanks and no blank
-    lines, the kernels *kernel_names* renamed ``_fk0``, ``_fk1``, ... (in that order)."""
-    code = _COMMENT_OR_LITERAL.sub(_drop_comment, code)
+    lines, the kernels *kernel_names* renamed ``_fk0``, ``_fk1``, ... (in that order);
+    string and character literals are left as they are."""
+    literals: list[str] = []
+
+    def hide(m: re.Match[str]) -> str:
+        text = m.group(0)
+        if text[0] in "\"'":
+            literals.append(text)
+            return f"\0{len(literals) - 1}\0"
+        return "\n" if "\n" in text else " "
+
+    code = _COMMENT_OR_LITERAL.sub(hide, code)
     lines = (" ".join(line.split()) for line in code.splitlines())
     text = "\n".join(line for line in lines if line)
     for i, name in enumerate(kernel_names):
         text = re.sub(rf"\b{re.escape(name)}\b", f"_fk{i}", text)
-    return text
+    return re.sub(r"\0(\d+)\0", lambda m: literals[int(m.group(1))], text)
 
 
 def normalise_build_options(options: Iterable[str] | None) -> tuple[str, ...]:

@@ -48,7 +48,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
                "versions, retire the others (no device needed)")
     p.add_argument("targets", nargs="*", metavar="DB|FILE.jsonl",
                    help="databases (paths, URLs) or JSON-lines exports, rewritten in place "
-                   "(default: --db)")
+                   "(beside --db; neither: the default database)")
     p.add_argument("--all", action="store_true", dest="everything",
                    help="also check the records of current versions")
     p.add_argument("--adopt", action="store_true",
@@ -152,7 +152,7 @@ def _revalidate(args: argparse.Namespace, url: str | None) -> tuple[dict[str, An
           "adopt": args.adopt, "everything": args.everything, "jobs": args.jobs,
           "progress": progress}
     reports = []
-    for target in args.targets or [url]:
+    for target in [*([url] if url else []), *args.targets] or [None]:
         p = None if target is None or "://" in target or target == ":memory:" else Path(target)
         if p is not None and not p.exists():
             raise DatabaseError(f"no database or export at {target!r}")
