@@ -377,7 +377,9 @@ def upgrade_timing(values: dict[str, Any]) -> None:
     if values.get("min_time") is None:
         values["min_time"] = median
     low = values["min_time"]
-    if gflops is not None and flops and median and low and (
+    # (a record whose minimum is its median has nothing to re-derive: left as it is, an
+    # import gives back the exported value to the last digit)
+    if gflops is not None and flops and median and low and low != median and (
         abs(gflops * median - flops * 1e-9) <= 1e-9 * abs(flops) * 1e-9
     ):
         values["gflops"] = flops * 1e-9 / low

@@ -86,7 +86,8 @@ class CurrentRecipes(Mapping[str, str]):
 
     :arg recipes: the recipes (default: every recipe on *recipe_path*,
         ``FEINSUM_RECIPE_PATH`` and the shipped ones).
-    :arg jobs: worker processes generating code in parallel (1: in this process).
+    :arg jobs: worker processes generating code in parallel (1: in this process, where a
+        recipe that crashes takes the process down).
     """
 
     def __init__(self, recipes: Sequence[Recipe] | None = None, *, recipe_path: Any = None,
@@ -173,7 +174,7 @@ class CurrentRecipes(Mapping[str, str]):
         portable = {k: j for k, j in todo.items()
                     if j.recipe_file is not None or j.recipe_name not in self._recipes}
         here = {k: j for k, j in todo.items() if k not in portable}
-        if self.jobs > 1 and len(portable) > 1:
+        if self.jobs > 1 and portable:
             yield from _in_workers(portable, self.jobs)
         else:
             here = dict(todo)
