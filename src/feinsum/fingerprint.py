@@ -4,9 +4,10 @@ A record's fingerprint hashes what the OpenCL compiler was handed for its config
 
 * the **device source** loopy generated, normalised so that differences the compiler cannot
   see do not count: comments are removed, every run of blanks becomes one space, blank
-  lines go, and the ``__kernel`` functions are renamed ``_fk0``, ``_fk1``, ... in the order
-  loopy emits them (a kernel's name is cosmetic: the hook renames kernels when it replays
-  a record);
+  lines go, the conjuncts of an ``if`` condition are sorted (loopy joins the bounds checks
+  of a guard in an order that depends on the process's hash seed), and the ``__kernel``
+  functions are renamed ``_fk0``, ``_fk1``, ... in the order loopy emits them (a kernel's
+  name is cosmetic: the hook renames kernels when it replays a record);
 * the **build options**, as a set (``-D X`` and ``-DX`` alike; order and duplicates do not
   matter);
 * the **launch geometry** of every device kernel (global and local sizes as expressions of
@@ -49,10 +50,47 @@ _COMMENT_OR_LITERAL = re.compile(
 )
 
 
+def _split_top(text: str, sep: str) -> list[str]:
+    """*text* split at the occurrences of *sep* outside parentheses and brackets."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        c = text[i]
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif depth == 0 and text.startswith(sep, i):
+            parts.append(text[start:i].strip())
+            start = i = i + len(sep)
+            continue
+        i += 1
+    parts.append(text[start:].strip())
+    return parts
+
+
+def _sort_conjunctions(line: str) -> str:
+    """An ``if (a && b)`` line with its conjuncts in sorted order: loopy joins the bounds
+    checks of a guard in an order that depends on the process's hash seed."""
+    m = re.match(r"^(\s*(?:\} )?(?:else )?if \()(.*)(\))(\s*\{?)$", line)
+    if m is None:
+        return line
+    head, cond, close, tail = m.groups()
+    depth = 0
+    for c in cond:  # the parenthesis closing "if (" must be the last one
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if depth < 0:
+            return line
+    parts = _split_top(cond, "&&")
+    if len(parts) < 2:
+        return line
+    return head + " && ".join(sorted(parts)) + close + tail
+
+
 def normalise_source(code: str, kernel_names: Sequence[str] = ()) -> str:
     """*code* without comments, with one space for every run of blanks and no blank
-    lines, the kernels *kernel_names* renamed ``_fk0``, ``_fk1``, ... (in that order);
-    string and character literals are left as they are."""
+    lines, the conjuncts of every ``if`` condition sorted, the kernels *kernel_names*
+    renamed ``_fk0``, ``_fk1``, ... (in that order); string and character literals are
+    left as they are."""
     literals: list[str] = []
 
     def hide(m: re.Match[str]) -> str:
@@ -63,7 +101,7 @@ def normalise_source(code: str, kernel_names: Sequence[str] = ()) -> str:
         return "\n" if "\n" in text else " "
 
     code = _COMMENT_OR_LITERAL.sub(hide, code)
-    lines = (" ".join(line.split()) for line in code.splitlines())
+    lines = (_sort_conjunctions(" ".join(line.split())) for line in code.splitlines())
     text = "\n".join(line for line in lines if line)
     for i, name in enumerate(kernel_names):
         text = re.sub(rf"\b{re.escape(name)}\b", f"_fk{i}", text)
