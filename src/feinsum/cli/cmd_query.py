@@ -47,6 +47,9 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
                             help="also records of recipe versions that are not current "
                             "(default: as the hook, current versions, older ones "
                             "revalidated first)")
+    parser.add_argument("--recipe-path", action="append", default=None, metavar="DIR",
+                        help="also load recipes from this directory or file (repeatable): "
+                        "their records count as current")
     add_json_argument(parser)
 
 
@@ -82,7 +85,7 @@ def _query(args: argparse.Namespace) -> int:
         records = db.query(spec, device, recipe=args.recipe,
                            status=None if args.status == "all" else args.status,
                            lengths=lengths, limit=args.limit,
-                           recipe_versions=_current() if args.current else None,
+                           recipe_versions=_current(args) if args.current else None,
                            include_retired=args.retired)
     if args.json:
         emit_json([record_dict(r) for r in records])
@@ -99,10 +102,10 @@ def _query(args: argparse.Namespace) -> int:
     return 0
 
 
-def _current() -> Any:
+def _current(args: argparse.Namespace) -> Any:
     from feinsum.tuning.codecheck import current_recipes
 
-    return current_recipes()
+    return current_recipes(args.recipe_path)
 
 
 def _ms(seconds: float | None) -> str:
@@ -129,7 +132,7 @@ def _best(args: argparse.Namespace) -> int:
     with open_db(args.db) as db:
         info = _device_for_best(db, args.device)
         answer = db.best(spec, info, lengths=lengths,
-                         recipe_versions=None if args.any_version else _current())
+                         recipe_versions=None if args.any_version else _current(args))
     out: dict[str, Any] = {"einsum": str(spec), "canonical_key": answer.canonical_key,
                            "device": info.name, "rung": answer.rung,
                            "lengths": dict(answer.lengths), "distance": answer.distance,

@@ -167,12 +167,15 @@ class Measurement(Base):
     # deleted, and SQLite's planner would pick them over the lookup index.
     __table_args__ = (
         # best()/query(): by einsum and device, grouped by lengths, fastest first (minimum
-        # time, ties by median; revision 0003 replaced the median-only lookup index).
+        # time, ties by median; revision 0003 replaced the median-only lookup index). Live
+        # records only (retired_at IS NULL, revision 0004): the index still covers best()'s
+        # grouping query and still orders a group by time.
         Index(
             "ix_measurements_rank",
             "einsum_id",
             "device_id",
             "status",
+            "retired_at",
             "lengths_key",
             "min_time",
             "median_time",

@@ -9,7 +9,9 @@ Every measurement gets the fingerprint of the code it timed (``code_fingerprint`
 version it was timed with (``measured_recipe_version``: existing records get their current
 one), and ``retired_at``/``retired_reason`` (revalidation retires a record whose code
 changed; queries ignore retired records, nothing is deleted). Existing records have no
-fingerprint until ``feinsum db revalidate`` computes one.
+fingerprint until ``feinsum db revalidate`` computes one. The rank index gains
+``retired_at`` after ``status``, so that it still covers ``best``'s grouping query and
+orders a group of live records by time.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ down_revision = "0003"
 branch_labels = None
 depends_on = None
 
+_PREFIX = ["einsum_id", "device_id", "status"]
+_RANK = [*_PREFIX, "lengths_key", "min_time", "median_time"]
 _COLUMNS = (
     ("code_fingerprint", sa.String(64)),
     ("fingerprint_origin", sa.String(16)),
@@ -40,9 +44,15 @@ def upgrade() -> None:
         "UPDATE measurements SET measured_recipe_version = "
         "(SELECT version FROM recipes WHERE recipes.id = measurements.recipe_id)"
     ))
+    # queries skip retired records: retired_at joins the rank index after the status
+    op.drop_index("ix_measurements_rank", table_name="measurements")
+    op.create_index("ix_measurements_rank", "measurements",
+                    [*_PREFIX, "retired_at", *_RANK[len(_PREFIX):]])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_measurements_rank", table_name="measurements")
+    op.create_index("ix_measurements_rank", "measurements", _RANK)
     with op.batch_alter_table("measurements") as batch:
         for name, _ in reversed(_COLUMNS):
             batch.drop_column(name)
