@@ -177,6 +177,9 @@ def test_changed_code_retires_records_and_keeps_them(db: Database, recipes_dir: 
         assert copy.query(einsum_at(), make_device()) == []
         copy.export(second)
     assert first.read_bytes() == second.read_bytes()
+    # only an explicit prune deletes them
+    assert db.prune(retired=True, dry_run=True) == 3 and db.count() == 3
+    assert db.prune(retired=True) == 3 and db.count() == 0
 
 
 def test_a_new_loopy_is_checked_even_at_the_same_recipe_version(

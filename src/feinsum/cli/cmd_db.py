@@ -39,7 +39,11 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--pyopencl-below", metavar="VERSION")
     p.add_argument("--feinsum-below", metavar="VERSION")
     p.add_argument("--stale-recipes", action="store_true",
-                   help="measured with a recipe version other than the current one")
+                   help="measured with a recipe version other than the current one (run "
+                   "`feinsum db revalidate` first: records whose code is unchanged then "
+                   "are at the current version)")
+    p.add_argument("--retired", action="store_true",
+                   help="retired by revalidation (their code changed)")
     p.add_argument("--status", action="append", default=None,
                    help="only measurements with this status (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="count, delete nothing")
@@ -111,9 +115,10 @@ def run(args: argparse.Namespace) -> int:
         from feinsum.database import open_database
 
         if not any((args.older_than_days is not None, args.loopy_below, args.pyopencl_below,
-                    args.feinsum_below, args.stale_recipes, args.status)):
+                    args.feinsum_below, args.stale_recipes, args.retired, args.status)):
             raise FeinsumError("prune needs a criterion: --older-than-days, --loopy-below, "
-                               "--pyopencl-below, --feinsum-below, --stale-recipes or --status")
+                               "--pyopencl-below, --feinsum-below, --stale-recipes, "
+                               "--retired or --status")
         versions = None
         if args.stale_recipes:
             from feinsum.measurement import UNTRANSFORMED, untransformed_version
@@ -125,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
         with open_database(url, include_shipped=False) as db:
             n = db.prune(older_than=age, loopy_below=args.loopy_below,
                          pyopencl_below=args.pyopencl_below, feinsum_below=args.feinsum_below,
-                         recipe_versions=versions, status=args.status, dry_run=args.dry_run)
+                         recipe_versions=versions, retired=args.retired, status=args.status,
+                         dry_run=args.dry_run)
         out = {"deleted": 0 if args.dry_run else n, "would_delete": n, "dry_run": args.dry_run}
         text = f"{'would delete' if args.dry_run else 'deleted'} {n} measurements"
     elif cmd == "revalidate":

@@ -477,20 +477,22 @@ class Database:
         pyopencl_below: str | None = None,
         feinsum_below: str | None = None,
         recipe_versions: Mapping[str, str] | None = None,
+        retired: bool = False,
         status: str | Sequence[str] | None = None,
         dry_run: bool = False,
     ) -> int:
         """Delete stale measurements from the user's database: those measured before
         *older_than* (an age or a time), with loopy/pyopencl/feinsum older than the given
-        versions, or with a recipe version other than the current one in
-        *recipe_versions* ({name: current version}) — any of these; restricted to *status*
+        versions, with a recipe version other than the current one in *recipe_versions*
+        ({name: current version}; revalidate first to keep the records whose code is
+        unchanged), or *retired* by revalidation — any of these; restricted to *status*
         when given. Returns how many were (with *dry_run*: would be) deleted."""
         from .sharing import prune_conditions
 
         conds = prune_conditions(
             self._user, older_than=older_than, loopy_below=loopy_below,
             pyopencl_below=pyopencl_below, feinsum_below=feinsum_below,
-            recipe_versions=recipe_versions, status=status,
+            recipe_versions=recipe_versions, retired=retired, status=status,
         )
         return self._user.delete_measurements(conds, dry_run=dry_run)
 

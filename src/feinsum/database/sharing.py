@@ -536,11 +536,12 @@ def prune_conditions(
     pyopencl_below: str | None = None,
     feinsum_below: str | None = None,
     recipe_versions: Mapping[str, str] | None = None,
+    retired: bool = False,
     status: str | Sequence[str] | None = None,
 ) -> list[sa.ColumnElement[bool]]:
     """WHERE clauses selecting stale measurements: any of the criteria (measured before a
     time, with a library older than a version, with a recipe version other than the
-    current one), restricted to *status* if given."""
+    current one, retired), restricted to *status* if given."""
     stale: list[sa.ColumnElement[bool]] = []
     if older_than is not None:
         cutoff = (
@@ -568,6 +569,8 @@ def prune_conditions(
                 )
             )
         )
+    if retired:
+        stale.append(M.retired_at.is_not(None))
     conds: list[sa.ColumnElement[bool]] = []
     if stale:
         conds.append(sa.or_(*stale))
@@ -576,7 +579,8 @@ def prune_conditions(
     if not conds:
         raise DatabaseError(
             "prune needs a criterion (older_than, loopy_below, pyopencl_below, "
-            "feinsum_below, recipe_versions or status): refusing to delete every record"
+            "feinsum_below, recipe_versions, retired or status): refusing to delete every "
+            "record"
         )
     return conds
 

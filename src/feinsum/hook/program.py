@@ -316,7 +316,9 @@ def transform_program(
 
     Per statement group (:func:`feinsum.find_einsums`), :func:`feinsum.best` walks the
     fallback chain (exact -> nearest lengths -> same vendor) among records of the current
-    recipe versions, and the record's configuration is replayed
+    recipe versions (a record of an older version is revalidated first: used when its
+    generated code is unchanged, retired otherwise), and the record's configuration is
+    replayed
     (:func:`feinsum.apply_transform`). Other statements and kernels are left as they are.
 
     :arg device: a ``pyopencl.Device``, a device string, a
