@@ -15,7 +15,7 @@
 See ``docs/database.rst``.
 """
 
-from feinsum.database.api import Database, best, lengths_distance, open_database, query
+from feinsum.database.api import Database, lengths_distance, open_database
 from feinsum.database.engine import default_path, resolve_url
 from feinsum.database.models import KNOWN_VERSIONS, SCHEMA_VERSION
 from feinsum.database.records import (
@@ -33,7 +33,7 @@ from feinsum.database.records import (
     lengths_key,
     params_key,
 )
-from feinsum.database.resolve import DatabaseLike, resolve_database
+from feinsum.database.resolve import DatabaseLike, best, query, resolve_database
 from feinsum.database.revalidation import CodeChecker, RevalidationReport, Verdict
 from feinsum.database.sharing import FORMAT_VERSION
 

@@ -41,7 +41,6 @@ from .records import (
     lengths_key,
     normalise,
 )
-from .resolve import DatabaseLike, resolve_database
 from .revalidation import CodeChecker
 from .store import Filters, Store
 
@@ -524,58 +523,3 @@ def open_database(
     Raises :class:`feinsum.DatabaseError` for a foreign, corrupt, truncated or newer
     database."""
     return Database(url, readonly=readonly, include_shipped=include_shipped)
-
-
-def query(
-    einsum: EinsumLike | None,
-    device: DeviceLike | str | None = None,
-    db: DatabaseLike = None,
-    *,
-    recipe: str | tuple[str, str] | None = None,
-    status: str | Sequence[str] | None = "ok",
-    loopy_version: str | None = None,
-    pyopencl_version: str | None = None,
-    driver_version: str | None = None,
-    max_age: _dt.timedelta | None = None,
-    limit: int | None = None,
-    **kwargs: Any,
-) -> list[Record]:
-    """The records of *einsum* (same canonical key) on *device* (any device if None),
-    fastest first: by minimum time (the autotuner's figure of merit), ties by median time,
-    then insertion order; records without a time (failures) last.
-
-    Filters: *recipe* (a name or ``(name, version)``), *status* (``"ok"`` by default; a
-    list, or None for all), library versions, *driver_version*, *max_age* (a timedelta),
-    *limit*; also ``lengths=`` (only records timed at these canonical lengths),
-    ``recipe_versions=`` ({name: version}), ``feinsum_version=``,
-    ``include_shipped=``. *db*: a :class:`Database`, a path, an SQLAlchemy URL, or None
-    for the default database."""
-    return resolve_database(db).query(
-        einsum, device, recipe=recipe, status=status, loopy_version=loopy_version,
-        pyopencl_version=pyopencl_version, driver_version=driver_version, max_age=max_age,
-        limit=limit, **kwargs,
-    )
-
-
-def best(
-    einsum: EinsumLike,
-    device: DeviceLike,
-    db: DatabaseLike = None,
-    **kwargs: Any,
-) -> Answer:
-    """The fastest known configuration for *einsum* on *device*, down the fallback chain:
-
-    1. ``"exact"``: this canonical einsum at the lengths it fixes, on this device;
-    2. ``"nearest-lengths"``: this device, same ``structure_key``, the nearest lengths
-       (same canonical key first, then the smallest sum of abs(log2(length ratio)));
-    3. ``"same-vendor"``: another device of the same vendor and device type (same device
-       name first, then nearest lengths);
-    4. ``"default"``: nothing known: ``Answer.record``/``recipe``/``params`` are None and
-       the caller applies its recipe's heuristic default.
-
-    "Fastest" is the smallest minimum time, as the autotuner ranks (ties: the smaller
-    median time, then the earlier record). Only ``ok`` records count. Keyword filters:
-    ``lengths=``, ``recipe=``, ``recipe_versions=`` ({name: current version}: ignore
-    records of other versions),
-    ``loopy_version=``, ``pyopencl_version=``, ``max_age=``."""
-    return resolve_database(db).best(einsum, device, **kwargs)

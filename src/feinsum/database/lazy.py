@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from feinsum.errors import DatabaseError
 
@@ -25,8 +25,8 @@ from .revalidation import CodeChecker, Mode, Verdict, decide, plan, write_verdic
 from .statements import Filters
 
 if TYPE_CHECKING:
-    from .api import Database
     from .records import Answer, Record
+    from .store import Store
 
 
 class Overlay:
@@ -62,6 +62,19 @@ class Overlay:
                 else:
                     dropped.add(uid)
         return dataclasses.replace(base, kept=frozenset(kept), dropped=frozenset(dropped))
+
+
+class Database(Protocol):
+    """What lazy revalidation uses of a :class:`feinsum.database.Database`."""
+
+    overlay: Overlay
+    readonly: bool
+
+    @property
+    def user_store(self) -> Store: ...
+
+    @property
+    def shipped_store(self) -> Store | None: ...
 
 
 def candidates(base: Filters, checker: CodeChecker) -> Filters:
