@@ -302,7 +302,7 @@ def main() -> None:
     dev = get_device()
     info = device_info(dev)
     queue = cl.CommandQueue(get_context(dev))
-    roof = measure_roofline(dev, quick=args.quick)
+    roof = measure_roofline(dev, db=False, quick=args.quick)
     db = fs.open_database(args.db, include_shipped=False) if budget else None
     print(f"device: {info.name}; roofline this run: {roof}")
     print("feinsum: " + (f"tuned, {budget} evaluations a workload, records in {db.where}"

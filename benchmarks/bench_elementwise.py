@@ -93,7 +93,7 @@ def main() -> None:
     dev = get_device()
     info = device_info(dev)
     queue = cl.CommandQueue(get_context(dev))
-    roof = measure_roofline(dev, quick=args.quick)
+    roof = measure_roofline(dev, db=False, quick=args.quick)
     copy = roof.copy_bandwidth
     recipe = get_recipe("elementwise")
     print(f"device: {info.name}; copy bandwidth this run {copy / 1e9:.1f} GB/s "

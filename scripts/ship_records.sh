@@ -2,15 +2,20 @@
 # Tune every reference workload of ../shared/workloads.md on this machine's default OpenCL
 # device (PoCL on the CPU) with the CLI, then export the records into db/ for shipping.
 #
-#   scripts/ship_records.sh                 # tune everything, write db/<device>.jsonl
-#   scripts/ship_records.sh --dry-run       # print the commands only
-#   BUDGET=60 scripts/ship_records.sh       # fewer configurations per workload
+#   scripts/ship_records.sh                   # revalidate db/, tune everything, write db/<device>.jsonl
+#   scripts/ship_records.sh --revalidate-only # only revalidate db/*.jsonl in place (no device)
+#   scripts/ship_records.sh --dry-run         # print the commands only
+#   BUDGET=60 scripts/ship_records.sh         # fewer configurations per workload
 #
-# Resumable: the records go to one database (SHIP_DB, default
-# ~/.cache/feinsum-ship/records.sqlite) and the autotuner never measures a configuration
-# twice, so an interrupted run picks up where it stopped. Kernel reductions are tuned at M = N = 1e5 (their long axes are length symbols:
-# the records are reused along them). Takes about 10 minutes a workload at the default
-# budget on the 2-core reference machine.
+# First the shipped records are revalidated (`feinsum db revalidate db/*.jsonl`): records
+# whose generated code the current recipes (and loopy) still produce are kept under the
+# current recipe versions, the others retired; no device, no timing. Then the records go to
+# one database (SHIP_DB, default ~/.cache/feinsum-ship/records.sqlite; the shipped file of
+# this device is imported into it first, and it is revalidated too) and the autotuner never
+# measures a configuration twice, so an interrupted run picks up where it stopped and kept
+# records are not measured again. Kernel reductions are tuned at M = N = 1e5 (their long
+# axes are length symbols: the records are reused along them). Takes about 10 minutes a
+# workload at the default budget on the 2-core reference machine.
 #
 # The DG family and the tensor contractions are tuned from their subscripts, the kernel
 # reductions from the kernels of benchmarks/workloads.py (--kernel FILE.py:NAME).
@@ -27,14 +32,35 @@ TIME_LIMIT=${TIME_LIMIT:-}
 LIMIT=()
 [ -z "$TIME_LIMIT" ] || LIMIT=(--time-limit "$TIME_LIMIT")
 DRY=0
-[ "${1:-}" = "--dry-run" ] && DRY=1
+ONLY_REVALIDATE=0
+case "${1:-}" in
+    --dry-run) DRY=1 ;;
+    --revalidate-only) ONLY_REVALIDATE=1 ;;
+    "") ;;
+    *) echo "usage: $0 [--dry-run | --revalidate-only]" >&2; exit 2 ;;
+esac
 
 run() {
     echo "+ $*"
     [ "$DRY" = 1 ] || "$@"
 }
 
+# {{{ revalidate the shipped records (and the ship database): no device, no timing
+
+shopt -s nullglob
+shipped=(db/*.jsonl)
+[ "${#shipped[@]}" = 0 ] || run "$FEINSUM" db revalidate "${shipped[@]}"
+[ "$ONLY_REVALIDATE" = 0 ] || exit 0
+
+device=$(.venv/bin/python -c 'import re, feinsum
+i = feinsum.device_info(feinsum.get_device())
+print(re.sub(r"[^A-Za-z0-9]+", "-", i.name).strip("-").lower())')
 mkdir -p "$(dirname "$SHIP_DB")"
+[ ! -f "db/$device.jsonl" ] || run "$FEINSUM" db import --db "$SHIP_DB" "db/$device.jsonl"
+[ ! -f "$SHIP_DB" ] || run "$FEINSUM" db revalidate --db "$SHIP_DB"
+
+# }}}
+
 tune() { run "$FEINSUM" tune --db "$SHIP_DB" --budget "$BUDGET" "${LIMIT[@]}" --quiet "$@"; }
 # at 1e5 x 1e5 the untransformed kernel takes minutes a call and the tensorized peers need
 # 40 GB: the reductions are tuned without them (benchmarks/ compares them at 1e4)
@@ -79,9 +105,6 @@ fi
 
 # {{{ export for shipping
 
-device=$(.venv/bin/python -c 'import re, feinsum
-i = feinsum.device_info(feinsum.get_device())
-print(re.sub(r"[^A-Za-z0-9]+", "-", i.name).strip("-").lower())')
 run "$FEINSUM" db export --db "$SHIP_DB" "db/$device.jsonl"
 echo "wrote db/$device.jsonl: commit it (see db/README.md)"
 

@@ -328,3 +328,22 @@ def test_shipped_env_var_names_files(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 # }}}
+
+
+def test_single_sample_records_round_trip_to_the_same_bytes(db: Database,
+                                                            tmp_path: Path) -> None:
+    """A record whose minimum is its median (one sample: what a raced candidate leaves)
+    exports, imports and exports again to the same bytes, its GFLOP/s to the last digit."""
+    from feinsum.database import NewMeasurement
+
+    for t, flops in ((0.059142464000000006, 2147483648.0), (0.014411571000000001, 315e6),
+                     (0.155047177, 2147483648.0), (0.11478655200000001, 6615e6)):
+        db.add_measurement(NewMeasurement(make_identity(), make_device(), "r", "v",
+                                          {"t": t}, samples=[t], flops=flops,
+                                          code_fingerprint="c1-" + "a" * 40))
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    db.export(first)
+    with open_database(tmp_path / "copy.sqlite", include_shipped=False) as copy:
+        copy.import_file(first)
+        copy.export(second)
+    assert first.read_bytes() == second.read_bytes()

@@ -125,7 +125,7 @@ def kernels(draw: Any) -> Any:
         shape = draw(st.sampled_from(["none", "none", "none", "wrap"]))
         if shape == "wrap":
             rhs = f"sin({rhs}) + 0.5*({draw(reduction(arrays, loops, 0, out_idx))})"
-        cond = " {if=%s > 0}" % loops[0] if draw(st.integers(0, 19)) == 19 else ""
+        cond = f" {{if={loops[0]} > 0}}" if draw(st.integers(0, 19)) == 19 else ""
         lhs = f"out{k}[{', '.join(out_idx)}]" if out_idx else f"out{k}"
         statements.append(f"{lhs} = {rhs}{cond}")
     dtype = draw(st.sampled_from([np.float64, np.float64, np.float32, None]))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import feinsum as f
+from feinsum.database import open_database
 from feinsum.measurement import MeasureOptions, TimingStats, measure
 from feinsum.validation import compare, small_lengths, tolerance
 
@@ -125,22 +126,7 @@ def test_validation_at_full_lengths():
 # {{{ roofline
 
 
-class _RooflineStore:
-    """The part of the database the roofline uses."""
-
-    def __init__(self):  # type: ignore[no-untyped-def]
-        self.data: dict[str, dict] = {}
-        self.writes = 0
-
-    def get_roofline(self, info):  # type: ignore[no-untyped-def]
-        return self.data.get(info.key)
-
-    def set_roofline(self, info, data):  # type: ignore[no-untyped-def]
-        self.writes += 1
-        self.data[info.key] = data
-
-
-def test_roofline_microbenchmarks_and_reuse(monkeypatch):
+def test_roofline_microbenchmarks_and_reuse(monkeypatch, tmp_path):
     from feinsum import roofline as rl
 
     real = rl.run_microbenchmarks
@@ -151,24 +137,32 @@ def test_roofline_microbenchmarks_and_reuse(monkeypatch):
         return real(device, quick=True)
 
     monkeypatch.setattr(rl, "run_microbenchmarks", quick)
-    store = _RooflineStore()
-    r1 = rl.measure_roofline(db=store)
+    path = tmp_path / "roof.sqlite"  # named by its path, as every db= argument may be
+    r1 = rl.measure_roofline(db=path)
     assert r1.bandwidth > 1e8 and r1.peak_flops["float32"] > 1e8
     assert r1.peak("complex64") == r1.peak_flops["float32"]
     assert r1.peak("int32") is None
-    r2 = rl.measure_roofline(db=store)  # read back, not measured again
-    assert len(calls) == 1 and store.writes == 1
-    assert r2 == r1
+    r2 = rl.measure_roofline(db=str(path))  # read back, not measured again
+    assert len(calls) == 1 and r2 == r1
+    with open_database(path, include_shipped=False) as db:
+        assert db.revision() == 1  # one write: the roofline
+    rl.measure_roofline(db=False)  # measured, stored nowhere
+    assert len(calls) == 2
     # the bound: memory-bound at low intensity, flop-bound at high intensity
     assert r1.attainable("float32", 1.0, 1e9) == pytest.approx(r1.bandwidth / 1e9)
     assert r1.attainable("float32", 1e12, 1.0) == r1.peak_flops["float32"]
     assert math.isclose(r1.fraction("float32", 1e12, 1.0, 1e12 / r1.peak_flops["float32"]),
                         1.0)
     # a roofline stored by older microbenchmarks is measured again (and replaced)
-    store.data[r1.device_key] = {**r1.as_dict(), "version": 1}
-    r3 = rl.measure_roofline(db=store)
-    assert len(calls) == 2 and r3.version == rl.ROOFLINE_VERSION
-    assert store.data[r1.device_key]["version"] == rl.ROOFLINE_VERSION
+    from feinsum.devices import device_info, get_device
+
+    info = device_info(get_device())
+    with open_database(path, include_shipped=False) as db:
+        db.set_roofline(info, {**r1.as_dict(), "version": 1})
+    r3 = rl.measure_roofline(db=path)
+    assert len(calls) == 3 and r3.version == rl.ROOFLINE_VERSION
+    with open_database(path, include_shipped=False) as db:
+        assert (db.get_roofline(info) or {})["version"] == rl.ROOFLINE_VERSION
 
 
 def test_fma_variants_follow_the_native_vector_width() -> None:

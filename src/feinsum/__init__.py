@@ -71,6 +71,8 @@ _LAZY: dict[str, str] = {
     "measure_roofline": "feinsum.roofline",
     "autotune": "feinsum.tuning",
     "campaign": "feinsum.campaigns",
+    "revalidate": "feinsum.tuning.codecheck",
+    "current_recipes": "feinsum.tuning.codecheck",
     "kernel_reduction": "feinsum.reductions",
     "compile": "feinsum.direct",
     "transform_program": "feinsum.hook",

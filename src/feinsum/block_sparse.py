@@ -266,7 +266,8 @@ def _abstract(e: BatchedEinsum, axes: dict[str, tuple[str | None, ...]]) -> Batc
     from feinsum.formulas import map_formula_arrays
 
     bs = e.block_sparse
-    assert bs is not None
+    if bs is None:
+        raise SpecificationError("the spec carries no block-sparse restriction")
     sym = {bs.out_index: "feinsum_bs_m", bs.reduction_index: "feinsum_bs_n"}
 
     def fix(a: Array) -> Array:

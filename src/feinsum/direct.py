@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from feinsum.database import Database
     from feinsum.devices import DeviceInfo
     from feinsum.recipes import Recipe
+    from feinsum.tuning.codecheck import CurrentRecipes
 
 #: Executors kept per process (least recently used dropped first).
 EXECUTOR_CACHE_SIZE = 64
@@ -89,11 +90,10 @@ class Choice:
     note: str = ""
 
 
-# {{{ process-wide caches: databases and executors
+# {{{ process-wide caches: executors; the database
 
 
 _LOCK = threading.RLock()
-_DATABASES: dict[str, Database] = {}
 _EXECUTORS: collections.OrderedDict[tuple[Any, ...], Any] = collections.OrderedDict()
 _STATS = {"builds": 0, "hits": 0, "prepares": 0}
 
@@ -113,18 +113,9 @@ def clear_cache() -> None:
 
 
 def _database(db: Any) -> Database | None:
-    if db is False:
-        return None
-    from feinsum.database import Database, open_database, resolve_url
+    from feinsum.database.resolve import optional_database
 
-    if isinstance(db, Database):
-        return db
-    key = str(resolve_url(db))
-    with _LOCK:
-        found = _DATABASES.get(key)
-        if found is None:
-            found = _DATABASES[key] = open_database(db)
-        return found
+    return optional_database(db)
 
 
 def _device(device: Any) -> tuple[Any, DeviceInfo, str | None]:
@@ -209,20 +200,23 @@ class CompiledEinsum:
             collections.OrderedDict())
         self._queue: Any = None
         self.last_choice: Choice | None = None
+        self._current: CurrentRecipes | None = None
 
     def __repr__(self) -> str:
         return f"<CompiledEinsum {self.spec} on {self.device.name!r}>"
 
     # {{{ configuration choice
 
-    def _versions(self) -> dict[str, str]:
-        from feinsum.measurement import UNTRANSFORMED, untransformed_version
+    def _versions(self) -> CurrentRecipes:
+        """The recipes' current versions; records of older ones are revalidated."""
+        if self._current is None:
+            from feinsum.tuning.codecheck import CurrentRecipes
 
-        versions = {name: r.version for name, r in self._recipes.items()}
-        if self._recipe is not None:
-            versions[self._recipe.name] = self._recipe.version
-        versions[UNTRANSFORMED] = untransformed_version()
-        return versions
+            recipes = dict(self._recipes)
+            if self._recipe is not None:
+                recipes[self._recipe.name] = self._recipe
+            self._current = CurrentRecipes(list(recipes.values()))
+        return self._current
 
     def choice(self, lengths: Mapping[str, int] | None = None) -> Choice:
         """The configuration run when the spec's length symbols take *lengths*

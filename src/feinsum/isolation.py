@@ -94,6 +94,9 @@ def worker_main(fd: int) -> None:
     def phase(name: str) -> None:
         conn.send(("phase", name))
 
+    def noted(fingerprint: str) -> None:
+        conn.send(("fingerprint", fingerprint))
+
     state = DeviceState.open(DeviceInfo.from_dict(info_dict))
     import feinsum.lowering
     import feinsum.recipes
@@ -112,7 +115,7 @@ def worker_main(fd: int) -> None:
             if msg[0] == "prepare":
                 os.truncate(log_path, 0)
                 prepared = None
-                prepared = prepare(state, msg[1], phase)
+                prepared = prepare(state, msg[1], phase, noted)
                 conn.send(("prepared", prepared.validation_error, prepared.phase_times))
             elif msg[0] == "time":
                 if prepared is None:
@@ -153,6 +156,8 @@ class _Worker:
     phase_times: dict[str, float] = field(default_factory=dict)
     #: wall-clock time at which it started timing (with the timing lock held)
     timing_from: float = 0.0
+    #: the fingerprint of the candidate's generated code, once the worker sent it
+    fingerprint: str | None = None
 
     @property
     def busy_cpu(self) -> bool:
@@ -362,7 +367,7 @@ class WorkerPool:
             if w.candidate is None and w.state in ("idle", "starting"):
                 c = self._queue.popleft()
                 w.candidate, w.started_at = c, time.time()
-                w.validation_error, w.phase_times = None, {}
+                w.validation_error, w.phase_times, w.fingerprint = None, {}, None
                 w.conn.send(("prepare", c))
                 if w.state == "idle":
                     self._set_state(w, "preparing")
@@ -421,6 +426,8 @@ class WorkerPool:
                 else:
                     self._set_state(w, "preparing")
                     w.deadline = now + w.candidate.options.build_timeout
+            elif kind == "fingerprint":
+                w.fingerprint = msg[1]
             elif kind == "phase":
                 w.phase = msg[1]
                 if w.state == "preparing" and w.candidate is not None:  # a step's deadline
@@ -434,7 +441,7 @@ class WorkerPool:
                 c = _held(w)
                 m = finish(c, "ok", msg[3], msg[1], w.validation_error, msg[2],
                            w.started_at, time.time() - w.started_at, self.roofline,
-                           held=(w.timing_from, time.time()))
+                           w.fingerprint, held=(w.timing_from, time.time()))
                 if m.seconds:
                     self.note_best(c.target.key, m.seconds)
                 done.append(m)
@@ -462,7 +469,7 @@ class WorkerPool:
             return
         now = time.time()
         done.append(finish(w.candidate, category, message, started_at=w.started_at,
-                           wall_time=now - w.started_at,
+                           wall_time=now - w.started_at, fingerprint=w.fingerprint,
                            held=(w.timing_from, now) if w.state == "timing" else (0.0, 0.0)))
 
     def _fail_died(self, w: _Worker, done: list[Measurement]) -> None:

@@ -173,6 +173,9 @@ class Measurement:
     #: the wall-clock interval the device was held for timing it (0: not timed)
     timing_started: float = 0.0
     timing_ended: float = 0.0
+    #: :func:`feinsum.fingerprint.code_fingerprint` of the code measured (None: the
+    #: candidate failed before its code was generated)
+    fingerprint: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -367,6 +370,7 @@ class Prepared:
     args: dict[str, Any]
     validation_error: float | None
     phase_times: dict[str, float]
+    fingerprint: str | None = None
 
 
 def _kernel_args(state: DeviceState, c: Candidate, lengths: Mapping[str, int],
@@ -387,12 +391,14 @@ def _run(executor: Any, queue: Any, args: dict[str, Any]) -> tuple[float, dict[s
     return (_device_seconds(events) if events else 0.0), dict(outputs)
 
 
-def prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None] = lambda s: None
-            ) -> Prepared:
+def prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None] = lambda s: None,
+            noted: Callable[[str], None] = lambda fp: None) -> Prepared:
     """Generate, transform and build *c*, then validate it: a :class:`Prepared` or a
-    :class:`CandidateFailure` with its category."""
+    :class:`CandidateFailure` with its category. *noted* gets the fingerprint of the
+    generated code as soon as it is known (before the OpenCL build, which may fail)."""
     import loopy as lp
 
+    from feinsum.fingerprint import code_fingerprint
     from feinsum.lowering import generate_loopy
 
     times: dict[str, float] = {}
@@ -428,7 +434,12 @@ def prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None] = lam
     executor: Any = t_unit.executor(state.context)  # a PyOpenCLExecutor
     try:
         phase("build")  # code generation and clBuildProgram, before any run
-        executor.translation_unit_info(executor.arg_to_dtype(args_s))
+        arg_to_dtype = executor.arg_to_dtype(args_s)
+        # the code the build compiles (loopy caches it: the build does not generate it again)
+        fingerprint = code_fingerprint(
+            executor.get_typed_and_scheduled_translation_unit(arg_to_dtype), state.info)
+        noted(fingerprint)
+        executor.translation_unit_info(arg_to_dtype)
     except Exception as exc:
         raise CandidateFailure("compile-error", _short(exc)) from exc
     times["build"] = time.perf_counter() - t0
@@ -463,7 +474,7 @@ def prepare(state: DeviceState, c: Candidate, phase: Callable[[str], None] = lam
             raise CandidateFailure("wrong-result", f"at lengths {lens}: {why}")
     times["validate"] = time.perf_counter() - t0
     _, args = _kernel_args(state, c, c.target.lengths, recipe)
-    return Prepared(c, executor, args, err, times)
+    return Prepared(c, executor, args, err, times, fingerprint)
 
 
 def time_prepared(state: DeviceState, p: Prepared, cutoff: float | None = None
@@ -517,7 +528,8 @@ def _short(exc: BaseException, limit: int = 2000) -> str:
 def finish(c: Candidate, status: str, message: str = "", samples: list[float] | None = None,
            validation_error: float | None = None, phase_times: dict[str, float] | None = None,
            started_at: float = 0.0, wall_time: float = 0.0, roofline: Roofline | None = None,
-           held: tuple[float, float] = (0.0, 0.0)) -> Measurement:
+           fingerprint: str | None = None, held: tuple[float, float] = (0.0, 0.0)
+           ) -> Measurement:
     """A candidate's :class:`Measurement` (*held*: when it held the device for timing)."""
     stats = None
     fraction = None
@@ -532,20 +544,22 @@ def finish(c: Candidate, status: str, message: str = "", samples: list[float] | 
         flops=c.target.flops, nbytes=c.target.nbytes, roofline_fraction=fraction,
         validation_error=validation_error, phase_times=dict(phase_times or {}),
         started_at=started_at, wall_time=wall_time, timing_started=held[0],
-        timing_ended=held[1])
+        timing_ended=held[1], fingerprint=fingerprint)
 
 
 def measure_in_process(state: DeviceState, c: Candidate, roofline: Roofline | None = None
                        ) -> Measurement:
     """Run the protocol in this process (no timeout, no crash protection)."""
     t0 = time.time()
+    seen: list[str] = []
     try:
-        p = prepare(state, c)
+        p = prepare(state, c, noted=seen.append)
         samples, note = time_prepared(state, p)
     except CandidateFailure as exc:
-        return finish(c, exc.category, exc.message, started_at=t0, wall_time=time.time() - t0)
+        return finish(c, exc.category, exc.message, started_at=t0, wall_time=time.time() - t0,
+                      fingerprint=seen[0] if seen else None)
     return finish(c, "ok", note, samples, p.validation_error, p.phase_times, t0,
-                  time.time() - t0, roofline)
+                  time.time() - t0, roofline, p.fingerprint)
 
 
 def measure(

@@ -276,12 +276,16 @@ def measure_roofline(
     device: object = None, *, db: Any = None, refresh: bool = False, quick: bool = False
 ) -> Roofline:
     """The roofline of *device*: read from the database *db* if it holds one for this device,
-    else measured by the microbenchmarks (a few seconds) and stored there. ``refresh``
-    measures again; ``db=None`` measures without storing."""
+    else measured by the microbenchmarks (a few seconds) and stored there. *db*: a
+    :class:`~feinsum.database.Database`, a path, an SQLAlchemy URL, None (the default
+    database) or False (measure, store nothing). ``refresh`` measures again; ``quick``
+    measurements are never stored."""
+    from feinsum.database.resolve import optional_database
     from feinsum.devices import device_info, get_device
 
     dev = get_device(device)
     info = device_info(dev)
+    db = optional_database(db)
     if db is not None and not refresh:
         stored = db.get_roofline(info)
         if stored and int(stored.get("version", 1)) >= ROOFLINE_VERSION:

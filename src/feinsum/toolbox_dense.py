@@ -45,6 +45,7 @@ import loopy as lp
 import numpy as np
 import pymbolic.primitives as prim
 
+from feinsum.errors import RecipeError
 from feinsum.spec import Array, BatchedEinsum
 from feinsum.toolbox import kernel_of
 
@@ -230,7 +231,9 @@ def element_kernel(
     """
     knl = kernel_of(t_unit)
     el = element_index(e)
-    assert el is not None
+    if el is None:
+        raise RecipeError(f"an element-batched kernel of {e}: {element_reason(e)} (the "
+                          "recipe's applies() should have said so)")
     nsym = str(e.lengths[el])
     lane_idx = stages[0].lane
     V = int(e.lengths[lane_idx]) if lane_idx else vec

@@ -1,5 +1,6 @@
-"""``feinsum db``: upgrade, export, import, merge, prune and inspect the timing database
-(the operations of :class:`feinsum.database.Database`)."""
+"""``feinsum db``: upgrade, export, import, merge, prune, revalidate and inspect the timing
+database (the operations of :class:`feinsum.database.Database`, and
+:func:`feinsum.revalidate`)."""
 
 from __future__ import annotations
 
@@ -38,10 +39,30 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--pyopencl-below", metavar="VERSION")
     p.add_argument("--feinsum-below", metavar="VERSION")
     p.add_argument("--stale-recipes", action="store_true",
-                   help="measured with a recipe version other than the current one")
+                   help="measured with a recipe version other than the current one (run "
+                   "`feinsum db revalidate` first: records whose code is unchanged then "
+                   "are at the current version)")
+    p.add_argument("--retired", action="store_true",
+                   help="retired by revalidation (their code changed)")
     p.add_argument("--status", action="append", default=None,
                    help="only measurements with this status (repeatable)")
     p.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+    p = action("revalidate", "generate the code of records of older recipe (or loopy) "
+               "versions again: keep those whose code is unchanged under the current "
+               "versions, retire the others (no device needed)")
+    p.add_argument("targets", nargs="*", metavar="DB|FILE.jsonl",
+                   help="databases (paths, URLs) or JSON-lines exports, rewritten in place "
+                   "(beside --db; neither: the default database)")
+    p.add_argument("--all", action="store_true", dest="everything",
+                   help="also check the records of current versions")
+    p.add_argument("--adopt", action="store_true",
+                   help="also fingerprint records measured before fingerprints at older "
+                   "recipe versions, trusting that today's code is the code they timed")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="processes generating code (default: CPU count, at most 4)")
+    p.add_argument("--recipe-path", action="append", default=None, metavar="DIR",
+                   help="also load recipes from this directory or file (repeatable)")
+    p.add_argument("--dry-run", action="store_true", help="count, change nothing")
 
 
 def _report(r: Any) -> dict[str, int]:
@@ -94,9 +115,10 @@ def run(args: argparse.Namespace) -> int:
         from feinsum.database import open_database
 
         if not any((args.older_than_days is not None, args.loopy_below, args.pyopencl_below,
-                    args.feinsum_below, args.stale_recipes, args.status)):
+                    args.feinsum_below, args.stale_recipes, args.retired, args.status)):
             raise FeinsumError("prune needs a criterion: --older-than-days, --loopy-below, "
-                               "--pyopencl-below, --feinsum-below, --stale-recipes or --status")
+                               "--pyopencl-below, --feinsum-below, --stale-recipes, "
+                               "--retired or --status")
         versions = None
         if args.stale_recipes:
             from feinsum.measurement import UNTRANSFORMED, untransformed_version
@@ -108,9 +130,12 @@ def run(args: argparse.Namespace) -> int:
         with open_database(url, include_shipped=False) as db:
             n = db.prune(older_than=age, loopy_below=args.loopy_below,
                          pyopencl_below=args.pyopencl_below, feinsum_below=args.feinsum_below,
-                         recipe_versions=versions, status=args.status, dry_run=args.dry_run)
+                         recipe_versions=versions, retired=args.retired, status=args.status,
+                         dry_run=args.dry_run)
         out = {"deleted": 0 if args.dry_run else n, "would_delete": n, "dry_run": args.dry_run}
         text = f"{'would delete' if args.dry_run else 'deleted'} {n} measurements"
+    elif cmd == "revalidate":
+        out, text = _revalidate(args, url)
     if args.json:
         emit_json(out)
     else:
@@ -118,3 +143,47 @@ def run(args: argparse.Namespace) -> int:
     if cmd == "export" and not out["measurements"]:
         return nothing_found("db export", "no measurement matches (the file holds none)")
     return 0
+
+
+def _revalidate(args: argparse.Namespace, url: str | None) -> tuple[dict[str, Any], str]:
+    import sys
+    from pathlib import Path
+
+    from feinsum.errors import DatabaseError
+    from feinsum.tuning.codecheck import revalidate, revalidate_file
+
+    def progress(done: int, total: int) -> None:
+        if not args.json:
+            print(f"  ... {done}/{total} records", file=sys.stderr, flush=True)
+
+    kw = {"recipe_path": args.recipe_path, "dry_run": args.dry_run,
+          "adopt": args.adopt, "everything": args.everything, "jobs": args.jobs,
+          "progress": progress}
+    reports = []
+    for target in [*([url] if url else []), *args.targets] or [None]:
+        p = None if target is None or "://" in target or target == ":memory:" else Path(target)
+        if p is not None and not p.exists():
+            raise DatabaseError(f"no database or export at {target!r}")
+        if p is not None and p.is_file() and _is_export(p):
+            reports.append(revalidate_file(p, **kw))
+        else:
+            reports.append(revalidate(target, **kw))
+    out = {"dry_run": args.dry_run, "targets": [
+        {"target": r.where, "counts": r.counts,
+         "reasons": [{"action": a, "why": w, "recipe": n, "records": k}
+                     for (a, w, n), k in sorted(r.reasons.items())]}
+        for r in reports]}
+    return out, "\n".join(r.summary() for r in reports)
+
+
+def _is_export(path: Any) -> bool:
+    """Whether *path* is a JSON-lines export (by its first line), not a database."""
+    from feinsum.database.sharing import read_file_lines
+    from feinsum.errors import DatabaseError
+
+    try:
+        for _, obj in read_file_lines(path):
+            return obj.get("type") == "header"  # type: ignore[no-any-return]
+    except DatabaseError:
+        return False
+    return False

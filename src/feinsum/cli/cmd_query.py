@@ -34,11 +34,23 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
         parser.add_argument("--status", default="ok",
                             help='only this status (default ok; "all" for every record)')
         parser.add_argument("--limit", type=int, default=None, help="at most N records")
+        parser.add_argument("--current", action="store_true",
+                            help="only records of the current recipe versions (records of "
+                            "older versions are revalidated first, as the hook does)")
+        parser.add_argument("--retired", action="store_true",
+                            help="also the records revalidation retired")
     else:
         parser.add_argument("--device", metavar="DEVICE",
                             help="a device of the database (part of its name) or an OpenCL "
                             "device (PLATFORM:DEVICE or part of its name; default: the "
                             "default device)")
+        parser.add_argument("--any-version", action="store_true",
+                            help="also records of recipe versions that are not current "
+                            "(default: as the hook, current versions, older ones "
+                            "revalidated first)")
+    parser.add_argument("--recipe-path", action="append", default=None, metavar="DIR",
+                        help="also load recipes from this directory or file (repeatable): "
+                        "their records count as current")
     add_json_argument(parser)
 
 
@@ -86,7 +98,9 @@ def _query(args: argparse.Namespace) -> int:
         device = pick_device(db, args.device)
         records = db.query(spec, device, recipe=args.recipe,
                            status=None if args.status == "all" else args.status,
-                           lengths=lengths, limit=args.limit)
+                           lengths=lengths, limit=args.limit,
+                           recipe_versions=_current(args) if args.current else None,
+                           include_retired=args.retired)
     if args.json:
         emit_json([record_dict(r) for r in records])
         return 0 if records else nothing_found("query", "no record matches")
@@ -97,9 +111,15 @@ def _query(args: argparse.Namespace) -> int:
         ["record", "device", "lengths", "recipe", "status", "min ms", "median ms",
          "GFLOP/s", "configuration"],
         [[f"{r.source}#{r.id}", r.device_name, names(r.lengths), r.recipe_name,
-          r.status, _ms(r.min_time), _ms(r.median_time), fmt_rate(r.gflops),
-          params_text(r.params)] for r in records])
+          r.status + (" (retired)" if r.retired_at else ""), _ms(r.min_time),
+          _ms(r.median_time), fmt_rate(r.gflops), params_text(r.params)] for r in records])
     return 0 if records else nothing_found("query", "no record matches")
+
+
+def _current(args: argparse.Namespace) -> Any:
+    from feinsum.tuning.codecheck import current_recipes
+
+    return current_recipes(args.recipe_path)
 
 
 def _ms(seconds: float | None) -> str:
@@ -126,7 +146,8 @@ def _best(args: argparse.Namespace) -> int:
     names = _in_your_names(spec_from_args(args))
     with open_db(args.db) as db:
         info = _device_for_best(db, args.device)
-        answer = db.best(spec, info, lengths=lengths)
+        answer = db.best(spec, info, lengths=lengths,
+                         recipe_versions=None if args.any_version else _current(args))
     out: dict[str, Any] = {"einsum": str(spec), "canonical_key": answer.canonical_key,
                            "device": info.name, "rung": answer.rung,
                            "lengths": dict(answer.lengths), "distance": answer.distance,

@@ -59,7 +59,7 @@ def find_record(db: Database, ref: str) -> Record:
             row = conn.execute(stmt.where(cond)).first()
         if row is None:
             continue
-        for r in db.query(row[0], row[1], status=None):
+        for r in db.query(row[0], row[1], status=None, include_retired=True):
             if r.source == store.source and r.uid == row[3]:
                 return r
     raise DatabaseError(f"no record {ref!r} in {db.where}: `feinsum query` and `feinsum list` "

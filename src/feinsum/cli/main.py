@@ -25,7 +25,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("cmd_show", "one record: recipe, parameters, timings and generated OpenCL code"),
     "list": ("cmd_list", "what the database holds: einsums x devices, best GFLOP/s"),
     "report": ("cmd_report", "roofline plot and speed-up table for a device (PNG/SVG/HTML)"),
-    "db": ("cmd_db", "database maintenance: upgrade, export, import, merge, prune, info"),
+    "db": ("cmd_db", "database maintenance: upgrade, export, import, merge, prune, "
+                     "revalidate, info"),
 }
 
 

@@ -5,13 +5,17 @@
 * :class:`Database` — ``add_measurement``, ``measured_params``, ``revision``, ``query``,
   ``best``, rooflines, peers' timings, ``export``/``import_file``/``merge``/``prune``;
 * :func:`query`, :func:`best` — the same on the default database, with the fallback chain
-  exact -> nearest lengths -> same vendor -> default.
+  exact -> nearest lengths -> same vendor -> default;
+* :func:`resolve_database` — what every public ``db=`` argument accepts (a
+  :class:`Database`, a path, an SQLAlchemy URL, or None for the default database);
+* :mod:`~feinsum.database.revalidation` — records whose code is unchanged survive new
+  recipe versions (``feinsum db revalidate``, and lazily in queries).
 
 ``python -m feinsum.database --help`` upgrades, exports, imports, merges and prunes.
 See ``docs/database.rst``.
 """
 
-from feinsum.database.api import Database, best, lengths_distance, open_database, query
+from feinsum.database.api import Database, lengths_distance, open_database
 from feinsum.database.engine import default_path, resolve_url
 from feinsum.database.models import KNOWN_VERSIONS, SCHEMA_VERSION
 from feinsum.database.origins import einsum_origin
@@ -31,6 +35,8 @@ from feinsum.database.records import (
     lengths_key,
     params_key,
 )
+from feinsum.database.resolve import DatabaseLike, best, query, resolve_database
+from feinsum.database.revalidation import CodeChecker, RevalidationReport, Verdict
 from feinsum.database.sharing import FORMAT_VERSION
 
 __all__ = [
@@ -40,14 +46,18 @@ __all__ = [
     "SCHEMA_VERSION",
     "STATUSES",
     "Answer",
+    "CodeChecker",
     "Database",
+    "DatabaseLike",
     "EinsumIdentity",
     "ImportReport",
     "NewMeasurement",
     "PeerRecord",
     "Record",
+    "RevalidationReport",
     "Rung",
     "Status",
+    "Verdict",
     "best",
     "canonical_json",
     "default_path",
@@ -58,5 +68,6 @@ __all__ = [
     "open_database",
     "params_key",
     "query",
+    "resolve_database",
     "resolve_url",
 ]

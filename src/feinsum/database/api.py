@@ -28,6 +28,7 @@ from .engine import (
     schema_version,
     sqlite_path,
 )
+from .lazy import Overlay, checked_best, checked_query
 from .records import (
     Answer,
     EinsumIdentity,
@@ -41,6 +42,7 @@ from .records import (
     normalise,
     with_origin,
 )
+from .revalidation import CodeChecker
 from .store import Filters, Store
 
 if TYPE_CHECKING:
@@ -94,6 +96,12 @@ def _agrees(asked: Mapping[str, int], found: Mapping[str, int]) -> bool:
     return all(found.get(s) == v for s, v in asked.items())
 
 
+def _plain_versions(versions: Mapping[str, str] | CodeChecker | None
+                    ) -> Mapping[str, str] | None:
+    """A ``recipe_versions`` filter that is not a checker (the lazy path sets its own)."""
+    return None if isinstance(versions, CodeChecker) else versions
+
+
 class Database:
     """The timing database: see :func:`open_database`."""
 
@@ -122,6 +130,8 @@ class Database:
         self._shipped_count = 0
         self._shipped_loaded = include_shipped is False
         self._lock = threading.Lock()
+        #: verdicts of lazy revalidation not written back (see :mod:`.lazy`)
+        self.overlay = Overlay()
 
     # {{{ plumbing
 
@@ -274,7 +284,7 @@ class Database:
         device: DeviceLike | str | None = None,
         *,
         recipe: str | tuple[str, str] | None = None,
-        recipe_versions: Mapping[str, str] | None = None,
+        recipe_versions: Mapping[str, str] | CodeChecker | None = None,
         status: str | Sequence[str] | None = "ok",
         lengths: Mapping[str, int] | None = None,
         loopy_version: str | None = None,
@@ -284,10 +294,13 @@ class Database:
         max_age: _dt.timedelta | None = None,
         limit: int | None = None,
         include_shipped: bool = True,
+        include_retired: bool = False,
     ) -> list[Record]:
         """Records of *einsum* (by canonical key: every length it was timed at unless
         *lengths* is given) on *device*, fastest first (minimum time; ties: median time,
-        then insertion order, the user's records before shipped ones). See :func:`query`."""
+        then insertion order, the user's records before shipped ones). See :func:`query`;
+        *recipe_versions* may be :func:`feinsum.current_recipes` (records of other versions
+        are revalidated first); *include_retired*: also the records revalidation retired."""
         key: str | None
         if einsum is None:
             key = None
@@ -295,13 +308,23 @@ class Database:
             key = einsum
         else:
             key = einsum_identity(einsum).canonical_key
+        checker = recipe_versions if isinstance(recipe_versions, CodeChecker) else None
         filters = Filters(
-            recipe=recipe, recipe_versions=recipe_versions, status=status,
+            recipe=recipe, recipe_versions=_plain_versions(recipe_versions), status=status,
             loopy_version=loopy_version, pyopencl_version=pyopencl_version,
             feinsum_version=feinsum_version, driver_version=driver_version, max_age=max_age,
             lengths_key=None if lengths is None else lengths_key(lengths),
+            retired=include_retired,
         )
         dkey = _device_key(device)
+
+        def run(f: Filters) -> list[Record]:
+            return self._query(key, dkey, f, limit, include_shipped)
+
+        return run(filters) if checker is None else checked_query(self, checker, filters, run)
+
+    def _query(self, key: str | None, dkey: str | None, filters: Filters, limit: int | None,
+               include_shipped: bool) -> list[Record]:
         records: list[Record] = []
         seen: set[str] = set()
         for store in self._stores(include_shipped):
@@ -320,7 +343,7 @@ class Database:
         *,
         lengths: Mapping[str, int] | None = None,
         recipe: str | tuple[str, str] | None = None,
-        recipe_versions: Mapping[str, str] | None = None,
+        recipe_versions: Mapping[str, str] | CodeChecker | None = None,
         loopy_version: str | None = None,
         pyopencl_version: str | None = None,
         max_age: _dt.timedelta | None = None,
@@ -333,10 +356,19 @@ class Database:
         lengths_key(asked)  # validates
         if ident.structure_key == "":
             return Answer("default", None, ident.canonical_key, asked)
+        checker = recipe_versions if isinstance(recipe_versions, CodeChecker) else None
         filters = Filters(
-            recipe=recipe, recipe_versions=recipe_versions, status="ok",
+            recipe=recipe, recipe_versions=_plain_versions(recipe_versions), status="ok",
             loopy_version=loopy_version, pyopencl_version=pyopencl_version, max_age=max_age,
         )
+
+        def run(f: Filters) -> Answer:
+            return self._best(ident, info, asked, f)
+
+        return run(filters) if checker is None else checked_best(self, checker, filters, run)
+
+    def _best(self, ident: EinsumIdentity, info: DeviceInfo, asked: dict[str, int],
+              filters: Filters) -> Answer:
         stores = self._stores()
         with contextlib.ExitStack() as stack:
             conns = [stack.enter_context(st.reading("finding the best record")) for st in stores]
@@ -436,7 +468,7 @@ class Database:
         from .models import Device, Measurement
         from .sharing import export_file
 
-        conds = Filters(recipe=recipe, status=status).conditions(joined=False)
+        conds = Filters(recipe=recipe, status=status, retired=True).conditions(joined=False)
         dkey = _device_key(device)
         if dkey is not None:
             conds.append(
@@ -473,20 +505,22 @@ class Database:
         pyopencl_below: str | None = None,
         feinsum_below: str | None = None,
         recipe_versions: Mapping[str, str] | None = None,
+        retired: bool = False,
         status: str | Sequence[str] | None = None,
         dry_run: bool = False,
     ) -> int:
         """Delete stale measurements from the user's database: those measured before
         *older_than* (an age or a time), with loopy/pyopencl/feinsum older than the given
-        versions, or with a recipe version other than the current one in
-        *recipe_versions* ({name: current version}) — any of these; restricted to *status*
+        versions, with a recipe version other than the current one in *recipe_versions*
+        ({name: current version}; revalidate first to keep the records whose code is
+        unchanged), or *retired* by revalidation — any of these; restricted to *status*
         when given. Returns how many were (with *dry_run*: would be) deleted."""
         from .sharing import prune_conditions
 
         conds = prune_conditions(
             self._user, older_than=older_than, loopy_below=loopy_below,
             pyopencl_below=pyopencl_below, feinsum_below=feinsum_below,
-            recipe_versions=recipe_versions, status=status,
+            recipe_versions=recipe_versions, retired=retired, status=status,
         )
         return self._user.delete_measurements(conds, dry_run=dry_run)
 
@@ -518,73 +552,3 @@ def open_database(
     Raises :class:`feinsum.DatabaseError` for a foreign, corrupt, truncated or newer
     database."""
     return Database(url, readonly=readonly, include_shipped=include_shipped)
-
-
-_DEFAULTS: dict[str, Database] = {}
-_DEFAULTS_LOCK = threading.Lock()
-
-
-def _resolve_db(db: Database | str | os.PathLike[str] | URL | None) -> Database:
-    if isinstance(db, Database):
-        return db
-    key = display_url(resolve_url(db)) + f"#{os.getpid()}"
-    with _DEFAULTS_LOCK:
-        found = _DEFAULTS.get(key)
-        if found is None:
-            found = _DEFAULTS[key] = Database(db)
-        return found
-
-
-def query(
-    einsum: EinsumLike | None,
-    device: DeviceLike | str | None = None,
-    db: Database | str | os.PathLike[str] | None = None,
-    *,
-    recipe: str | tuple[str, str] | None = None,
-    status: str | Sequence[str] | None = "ok",
-    loopy_version: str | None = None,
-    pyopencl_version: str | None = None,
-    driver_version: str | None = None,
-    max_age: _dt.timedelta | None = None,
-    limit: int | None = None,
-    **kwargs: Any,
-) -> list[Record]:
-    """The records of *einsum* (same canonical key) on *device* (any device if None),
-    fastest first: by minimum time (the autotuner's figure of merit), ties by median time,
-    then insertion order; records without a time (failures) last.
-
-    Filters: *recipe* (a name or ``(name, version)``), *status* (``"ok"`` by default; a
-    list, or None for all), library versions, *driver_version*, *max_age* (a timedelta),
-    *limit*; also ``lengths=`` (only records timed at these canonical lengths),
-    ``recipe_versions=`` ({name: version}), ``feinsum_version=``,
-    ``include_shipped=``. *db*: a :class:`Database`, a path/URL, or None for the default
-    database."""
-    return _resolve_db(db).query(
-        einsum, device, recipe=recipe, status=status, loopy_version=loopy_version,
-        pyopencl_version=pyopencl_version, driver_version=driver_version, max_age=max_age,
-        limit=limit, **kwargs,
-    )
-
-
-def best(
-    einsum: EinsumLike,
-    device: DeviceLike,
-    db: Database | str | os.PathLike[str] | None = None,
-    **kwargs: Any,
-) -> Answer:
-    """The fastest known configuration for *einsum* on *device*, down the fallback chain:
-
-    1. ``"exact"``: this canonical einsum at the lengths it fixes, on this device;
-    2. ``"nearest-lengths"``: this device, same ``structure_key``, the nearest lengths
-       (same canonical key first, then the smallest sum of abs(log2(length ratio)));
-    3. ``"same-vendor"``: another device of the same vendor and device type (same device
-       name first, then nearest lengths);
-    4. ``"default"``: nothing known: ``Answer.record``/``recipe``/``params`` are None and
-       the caller applies its recipe's heuristic default.
-
-    "Fastest" is the smallest minimum time, as the autotuner ranks (ties: the smaller
-    median time, then the earlier record). Only ``ok`` records count. Keyword filters:
-    ``lengths=``, ``recipe=``, ``recipe_versions=`` ({name: current version}: ignore
-    records of other versions),
-    ``loopy_version=``, ``pyopencl_version=``, ``max_age=``."""
-    return _resolve_db(db).best(einsum, device, **kwargs)

@@ -32,9 +32,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
 #: The Alembic revision the models describe (the newest migration).
-SCHEMA_VERSION = "0005"
+SCHEMA_VERSION = "0006"
 #: Every revision this code can upgrade from, oldest first (ends with SCHEMA_VERSION).
-KNOWN_VERSIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005")
+KNOWN_VERSIONS: tuple[str, ...] = ("0001", "0002", "0003", "0004", "0005", "0006")
 #: Alembic's version table; prefixed so a shared server database may also hold an
 #: application's own ``alembic_version``.
 VERSION_TABLE = "feinsum_alembic_version"
@@ -140,7 +140,8 @@ class Einsum(Base):
 
 
 class Recipe(Base):
-    """A recipe at one version (the version is a hash of its source)."""
+    """A recipe at one version (the version is a hash of its source and of the feinsum
+    modules it generates code with)."""
 
     __tablename__ = "recipes"
     __table_args__ = (UniqueConstraint("name", "version"),)
@@ -170,12 +171,15 @@ class Measurement(Base):
     # deleted, and SQLite's planner would pick them over the lookup index.
     __table_args__ = (
         # best()/query(): by einsum and device, grouped by lengths, fastest first (minimum
-        # time, ties by median; revision 0003 replaced the median-only lookup index).
+        # time, ties by median; revision 0003 replaced the median-only lookup index). Live
+        # records only (retired_at IS NULL, revision 0004): the index still covers best()'s
+        # grouping query and still orders a group by time.
         Index(
             "ix_measurements_rank",
             "einsum_id",
             "device_id",
             "status",
+            "retired_at",
             "lengths_key",
             "min_time",
             "median_time",
@@ -225,6 +229,21 @@ class Measurement(Base):
     #: two timings on one physical device overlap.
     timing_started_at: Mapped[_dt.datetime | None] = mapped_column(UTCDateTime)
     timing_ended_at: Mapped[_dt.datetime | None] = mapped_column(UTCDateTime)
+
+    # Revision 0006: what was timed, and whether the record still stands.
+    #: :mod:`feinsum.fingerprint` of the generated code (None: measured before 0006 and not
+    #: revalidated since, or no code was generated).
+    code_fingerprint: Mapped[str | None] = mapped_column(String(64))
+    #: "measured" (computed when timed) or "revalidated" (computed later for an older record).
+    fingerprint_origin: Mapped[str | None] = mapped_column(String(16))
+    #: The loopy version that last generated code with this fingerprint.
+    code_loopy_version: Mapped[str | None] = mapped_column(String(64))
+    #: The recipe version the timing was taken with (``recipe_id`` moves on to newer
+    #: versions whose code is unchanged).
+    measured_recipe_version: Mapped[str | None] = mapped_column(String(255))
+    #: Set when revalidation found the code changed: queries ignore the record from then on.
+    retired_at: Mapped[_dt.datetime | None] = mapped_column(UTCDateTime)
+    retired_reason: Mapped[str | None] = mapped_column(Text)
 
 
 class PeerTiming(Base):

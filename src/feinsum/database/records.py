@@ -276,6 +276,17 @@ class NewMeasurement:
     #: How the einsum was given (:func:`feinsum.database.origins.einsum_origin`); default:
     #: the spec passed as ``einsum`` itself. The database keeps the first it is given.
     origin: Mapping[str, Any] | None = None
+    #: :func:`feinsum.fingerprint.code_fingerprint` of the code timed (None: no code was
+    #: generated); its loopy version defaults to ``loopy_version``.
+    code_fingerprint: str | None = None
+    code_loopy_version: str | None = None
+
+
+#: Where a record's fingerprint comes from: computed when the code was timed; later, for a
+#: record measured before fingerprints, at the recipe version it was timed with
+#: ("revalidated"), or at a newer one, trusting that the code did not change ("adopted").
+#: See docs/database.rst.
+FINGERPRINT_ORIGINS: tuple[str, ...] = ("measured", "revalidated", "adopted")
 
 
 @dataclass(frozen=True)
@@ -297,6 +308,14 @@ def _validate_uid(uid: str) -> str:
     ):
         raise DatabaseError(f"invalid measurement uid {uid!r} (1-32 letters, digits, - or _)")
     return uid
+
+
+def _fingerprint(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not (1 <= len(value) <= 64) or not value.isascii():
+        raise DatabaseError(f"invalid code fingerprint {value!r} (1-64 ASCII characters)")
+    return value
 
 
 def normalise(m: NewMeasurement) -> MeasurementRow:
@@ -341,6 +360,8 @@ def normalise(m: NewMeasurement) -> MeasurementRow:
     tiles = _finite("tiles_kept_fraction", m.tiles_kept_fraction)
     versions = library_versions()
     now = _dt.datetime.now(_dt.UTC)
+    loopy = m.loopy_version if m.loopy_version is not None else versions["loopy"]
+    fingerprint = _fingerprint(m.code_fingerprint)
     values: dict[str, Any] = {
         "uid": _validate_uid(m.uid) if m.uid is not None else uuid.uuid4().hex,
         "status": m.status,
@@ -356,7 +377,7 @@ def normalise(m: NewMeasurement) -> MeasurementRow:
         "message": None if m.message is None else str(m.message),
         "tiles_kept_fraction": tiles,
         "host": (m.host if m.host is not None else hostname())[:255],
-        "loopy_version": m.loopy_version if m.loopy_version is not None else versions["loopy"],
+        "loopy_version": loopy,
         "pyopencl_version": (
             m.pyopencl_version if m.pyopencl_version is not None else versions["pyopencl"]
         ),
@@ -367,6 +388,12 @@ def normalise(m: NewMeasurement) -> MeasurementRow:
         "measured_at": m.measured_at if m.measured_at is not None else now,
         "timing_started_at": m.timing_started_at,
         "timing_ended_at": m.timing_ended_at,
+        "code_fingerprint": fingerprint,
+        "fingerprint_origin": None if fingerprint is None else "measured",
+        "code_loopy_version": None if fingerprint is None else (m.code_loopy_version or loopy),
+        "measured_recipe_version": m.recipe_version,
+        "retired_at": None,
+        "retired_reason": None,
     }
     return MeasurementRow(
         identity=identity,
@@ -388,7 +415,9 @@ def upgrade_timing(values: dict[str, Any]) -> None:
     if values.get("min_time") is None:
         values["min_time"] = median
     low = values["min_time"]
-    if gflops is not None and flops and median and low and (
+    # (a record whose minimum is its median has nothing to re-derive: left as it is, an
+    # import gives back the exported value to the last digit)
+    if gflops is not None and flops and median and low and low != median and (
         abs(gflops * median - flops * 1e-9) <= 1e-9 * abs(flops) * 1e-9
     ):
         values["gflops"] = flops * 1e-9 / low
@@ -444,6 +473,17 @@ class Record:
     measured_at: _dt.datetime
     timing_started_at: _dt.datetime | None = None
     timing_ended_at: _dt.datetime | None = None
+    #: The fingerprint of the code timed (:mod:`feinsum.fingerprint`), where it comes from
+    #: (:data:`FINGERPRINT_ORIGINS`) and the loopy version that last generated that code.
+    code_fingerprint: str | None = None
+    fingerprint_origin: str | None = None
+    code_loopy_version: str | None = None
+    #: The recipe version the timing was taken with (``recipe_version`` is the newest
+    #: version revalidation found to generate the same code).
+    measured_recipe_version: str | None = None
+    #: When and why revalidation retired the record (queries ignore retired records).
+    retired_at: _dt.datetime | None = None
+    retired_reason: str | None = None
 
     @property
     def params_key(self) -> str:

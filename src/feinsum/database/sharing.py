@@ -3,7 +3,7 @@
 An export is UTF-8 text, one JSON object per line, sorted so that two exports of the same
 records are byte-identical (the shipped ``db/*.jsonl`` files diff and review like code)::
 
-    {"format":"feinsum-timings","format_version":1,"type":"header"}
+    {"format":"feinsum-timings","format_version":3,"type":"header"}
     {"info":{...DeviceInfo...},"key":"<device key>","type":"device"}
     {"canonical_key":"fek1-...","canonical_text":"...","origin":{...},"spec":{...},"structure_key":"...","type":"einsum"}
     {"data":{...},"device":"<device key>","type":"roofline","updated_at":"..."}
@@ -13,14 +13,20 @@ records are byte-identical (the shipped ``db/*.jsonl`` files diff and review lik
      "seconds":0.0123,"uid":"...",...,"type":"peer"}                     (one line)
     {"type":"end"}
 
-Format version 2 added the einsums' ``origin`` (optional) and the ``peer`` lines; version 1
-files read as before.
-
 Devices and einsums come first and measurements name them by key. The ``end`` line marks a
-complete file: a file without it was truncated. Reading never executes anything: every line
-is parsed with :func:`json.loads` and every field checked before a single row is written,
-and an import is one transaction (all or nothing); measurements whose ``uid`` is already
-present are skipped, so importing or merging twice adds nothing.
+complete file: a file without it was truncated. Version 3 of the format has, beside
+version 1's fields, the measurements' timing intervals (``timing_started_at``,
+``timing_ended_at``), the einsums' ``origin`` and the ``peer`` lines, and the
+measurements' code fingerprints and retirement (``code_fingerprint``,
+``fingerprint_origin``, ``code_loopy_version``, ``measured_recipe_version``,
+``retired_at``, ``retired_reason``); every one of these is optional when read, so files of
+versions 1 and 2 (which had some of them) are still read: without fingerprints, none
+retired.
+
+Reading never executes anything: every line is parsed with :func:`json.loads` and every
+field checked before a single row is written, and an import is one transaction (all or
+nothing); measurements whose ``uid`` is already present are skipped, so importing or
+merging twice adds nothing (an import never changes a record already present).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from feinsum.errors import DatabaseError
 from .models import Configuration, Device, Einsum, Measurement, Recipe, Roofline
 from .peers import PeerRow, check_peer_line, export_peer_lines, insert_peer_rows
 from .records import (
+    FINGERPRINT_ORIGINS,
     STATUSES,
     EinsumIdentity,
     ImportReport,
@@ -60,7 +67,7 @@ if TYPE_CHECKING:
 
 FORMAT = "feinsum-timings"
 #: The export format version this code writes (and the newest it reads).
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 M, E, D, R, C = Measurement, Einsum, Device, Recipe, Configuration
 
@@ -69,7 +76,9 @@ _MEASUREMENT_FLOATS = (
 )
 _MEASUREMENT_STRINGS = (
     "message", "host", "loopy_version", "pyopencl_version", "feinsum_version",
+    "code_fingerprint", "code_loopy_version", "retired_reason",
 )
+_STRING_LIMITS = {"code_fingerprint": 64, "code_loopy_version": 64}
 
 
 def dumps(obj: Mapping[str, Any]) -> str:
@@ -143,7 +152,9 @@ def export_lines(store: Store, conds: Sequence[sa.ColumnElement[bool]] = ()) -> 
                 M.flops, M.bytes, M.gflops, M.validation_error, M.message,
                 M.tiles_kept_fraction, M.host, M.loopy_version, M.pyopencl_version,
                 M.feinsum_version, M.started_at, M.measured_at, M.timing_started_at,
-                M.timing_ended_at,
+                M.timing_ended_at, M.code_fingerprint, M.fingerprint_origin,
+                M.code_loopy_version, M.measured_recipe_version, M.retired_at,
+                M.retired_reason,
             )
             .select_from(M)
             .join(E, M.einsum_id == E.id)
@@ -168,6 +179,9 @@ def export_lines(store: Store, conds: Sequence[sa.ColumnElement[bool]] = ()) -> 
                 "started_at": _iso(r[23]), "measured_at": _iso(r[24]),
                 **({} if r[25] is None else {"timing_started_at": _iso(r[25]),
                                              "timing_ended_at": _iso(r[26])}),
+                "code_fingerprint": r[27], "fingerprint_origin": r[28],
+                "code_loopy_version": r[29], "measured_recipe_version": r[30],
+                "retired_at": _iso(r[31]), "retired_reason": r[32],
             }
         yield from export_peer_lines(conn, used(M.einsum_id), used(M.device_id), _iso)
     yield {"type": "end"}
@@ -403,18 +417,43 @@ def measurement_row(obj: Mapping[str, Any], where: str, checked: _Checked) -> Me
         values[name] = _number(obj, name, where) if name in obj else None
     for name in _MEASUREMENT_STRINGS:
         values[name] = _req(obj, name, str, where, nullable=True) if name in obj else None
+        limit = _STRING_LIMITS.get(name)
+        if limit is not None and values[name] is not None and len(values[name]) > limit:
+            raise DatabaseError(f"{where}: field {name!r} is longer than {limit} characters")
     if status == "ok" and values["median_time"] is None:
         raise DatabaseError(f"{where}: an 'ok' measurement without median_time")
     upgrade_timing(values)
+    recipe_version = _key(obj, "recipe_version", where, 255)
+    values.update(_provenance(obj, where, values, recipe_version))
     return MeasurementRow(
         identity=ident,
         device=device,
         recipe_name=_key(obj, "recipe", where, 255),
-        recipe_version=_key(obj, "recipe_version", where, 255),
+        recipe_version=recipe_version,
         params_json=params,
         lengths_key=lengths,
         values=values,
     )
+
+
+def _provenance(obj: Mapping[str, Any], where: str, values: Mapping[str, Any],
+                recipe_version: str) -> dict[str, Any]:
+    """The fingerprint origin, the recipe version timed with and the retirement time of a
+    measurement line (each optional: older lines may lack them)."""
+    origin = _req(obj, "fingerprint_origin", str, where, nullable=True) if (
+        "fingerprint_origin" in obj) else None
+    if values["code_fingerprint"] is None:
+        origin = None
+    elif origin not in FINGERPRINT_ORIGINS:
+        raise DatabaseError(f"{where}: fingerprint_origin must be one of "
+                            f"{', '.join(FINGERPRINT_ORIGINS)}, not {origin!r}")
+    timed = (_key(obj, "measured_recipe_version", where, 255)
+             if obj.get("measured_recipe_version") is not None else recipe_version)
+    retired = _time(obj, "retired_at", where, nullable=True) if "retired_at" in obj else None
+    if (retired is None) != (values["retired_reason"] is None):
+        raise DatabaseError(f"{where}: retired_at and retired_reason go together")
+    return {"fingerprint_origin": origin, "measured_recipe_version": timed,
+            "retired_at": retired}
 
 
 def check_lines(lines: Iterable[tuple[int, dict[str, Any]]], name: str) -> _Checked:
@@ -525,11 +564,12 @@ def prune_conditions(
     pyopencl_below: str | None = None,
     feinsum_below: str | None = None,
     recipe_versions: Mapping[str, str] | None = None,
+    retired: bool = False,
     status: str | Sequence[str] | None = None,
 ) -> list[sa.ColumnElement[bool]]:
     """WHERE clauses selecting stale measurements: any of the criteria (measured before a
     time, with a library older than a version, with a recipe version other than the
-    current one), restricted to *status* if given."""
+    current one, retired), restricted to *status* if given."""
     stale: list[sa.ColumnElement[bool]] = []
     if older_than is not None:
         cutoff = (
@@ -557,6 +597,8 @@ def prune_conditions(
                 )
             )
         )
+    if retired:
+        stale.append(M.retired_at.is_not(None))
     conds: list[sa.ColumnElement[bool]] = []
     if stale:
         conds.append(sa.or_(*stale))
@@ -565,7 +607,8 @@ def prune_conditions(
     if not conds:
         raise DatabaseError(
             "prune needs a criterion (older_than, loopy_below, pyopencl_below, "
-            "feinsum_below, recipe_versions or status): refusing to delete every record"
+            "feinsum_below, recipe_versions, retired or status): refusing to delete every "
+            "record"
         )
     return conds
 

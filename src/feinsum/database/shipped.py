@@ -79,9 +79,19 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("feinsum"))
 
 
+def _schema_signature() -> str:
+    """The tables and columns of the models: two builds that both call their schema by the
+    same revision number (parallel branches) must not share a cache."""
+    from .models import Base
+
+    return ";".join(f"{t.name}:{','.join(c.name for c in t.columns)}"
+                    for t in Base.metadata.sorted_tables)
+
+
 def _digest(files: Sequence[Path]) -> str:
     h = hashlib.sha256()
     h.update(f"schema {SCHEMA_VERSION} format {FORMAT_VERSION}\n".encode())
+    h.update(_schema_signature().encode() + b"\n")
     for f in files:
         h.update(f.name.encode() + b"\0")
         with open(f, "rb") as fh:

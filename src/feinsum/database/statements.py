@@ -45,8 +45,11 @@ RECORD_COLUMNS = (
     M.min_time, M.median_time, M.spread, M.flops, M.bytes, M.gflops, M.validation_error,
     M.message, M.tiles_kept_fraction, M.host, M.loopy_version, M.pyopencl_version,
     M.feinsum_version, M.started_at, M.measured_at, M.timing_started_at, M.timing_ended_at,
-    E.spec_json,
+    M.code_fingerprint, M.fingerprint_origin, M.code_loopy_version, M.measured_recipe_version,
+    M.retired_at, M.retired_reason, E.spec_json,
 )
+#: Queries see the records revalidation did not retire.
+LIVE = M.retired_at.is_(None)
 
 
 RECORD_SELECT = (
@@ -66,13 +69,13 @@ BY_SPEED = (M.min_time.is_(None), M.min_time, M.median_time.is_(None), M.median_
 FASTEST_ORDER = (M.min_time, M.median_time, M.id)
 Q_ONE = RECORD_SELECT.where(
     M.einsum_id == sa.bindparam("eid"), M.device_id == sa.bindparam("did"),
-    M.status == sa.bindparam("status"),
+    M.status == sa.bindparam("status"), LIVE,
 ).order_by(*BY_SPEED)
 Q_ONE_LIMIT = Q_ONE.limit(sa.bindparam("limit"))
 FASTEST = RECORD_SELECT.where(
     M.einsum_id == sa.bindparam("eid"), M.device_id == sa.bindparam("did"),
     M.status == sa.bindparam("status"), M.lengths_key == sa.bindparam("lk"),
-    M.min_time.is_not(None),
+    M.min_time.is_not(None), LIVE,
 ).order_by(*FASTEST_ORDER).limit(1)
 #: (device, einsum, lengths) groups with their fastest minimum time.
 GROUP_COLUMNS = (M.device_id, M.einsum_id, M.lengths_key, sa.func.min(M.min_time))
@@ -81,7 +84,7 @@ GROUPS = (
     .where(
         M.einsum_id.in_(sa.bindparam("eids", expanding=True)),
         M.device_id.in_(sa.bindparam("dids", expanding=True)),
-        M.status == sa.bindparam("status"),
+        M.status == sa.bindparam("status"), LIVE,
     )
     .group_by(M.device_id, M.einsum_id, M.lengths_key)
 )
@@ -96,7 +99,7 @@ MEASURED = (
     .join(CT, M.configuration_id == C.id)
     .where(
         M.einsum_id == sa.bindparam("eid"), M.device_id == sa.bindparam("did"),
-        M.recipe_id == sa.bindparam("rid"), M.lengths_key == sa.bindparam("lk"),
+        M.recipe_id == sa.bindparam("rid"), M.lengths_key == sa.bindparam("lk"), LIVE,
     )
     .distinct()
 )
@@ -115,7 +118,7 @@ def _lengths(text: str) -> dict[str, int]:
 
 
 def row_to_record(row: Sequence[Any], source: str) -> Record:
-    flops, nbytes, gflops = derived(row[2], row[34], row[4], row[17], row[20], row[21], row[22])
+    flops, nbytes, gflops = derived(row[2], row[40], row[4], row[17], row[20], row[21], row[22])
     return Record(
         id=row[0], uid=row[1], source=source, canonical_key=row[2], structure_key=row[3],
         lengths=_lengths(row[4]), device_key=row[5], device_name=row[6],
@@ -127,6 +130,8 @@ def row_to_record(row: Sequence[Any], source: str) -> Record:
         message=row[24], tiles_kept_fraction=row[25], host=row[26], loopy_version=row[27],
         pyopencl_version=row[28], feinsum_version=row[29], started_at=row[30],
         measured_at=row[31], timing_started_at=row[32], timing_ended_at=row[33],
+        code_fingerprint=row[34], fingerprint_origin=row[35], code_loopy_version=row[36],
+        measured_recipe_version=row[37], retired_at=row[38], retired_reason=row[39],
     )
 
 
@@ -143,11 +148,39 @@ class Filters:
     driver_version: str | None = None
     max_age: _dt.timedelta | None = None
     lengths_key: str | None = None
+    #: also the records revalidation retired
+    retired: bool = False
+    #: records (by uid) taken as current whatever their recipe version, and records left
+    #: out (the verdicts of a lazy revalidation that could not be written back)
+    kept: frozenset[str] = frozenset()
+    dropped: frozenset[str] = frozenset()
+    #: also records of the *recipe_versions* recipes at other versions that carry a code
+    #: fingerprint: candidates of a lazy revalidation
+    fingerprinted: bool = False
 
     @property
     def plain(self) -> bool:
         """Only a single status: the prebuilt statements apply."""
         return isinstance(self.status, str) and self == Filters(status=self.status)
+
+    def _current(self, joined: bool) -> sa.ColumnElement[bool] | None:
+        """The *recipe_versions* condition, widened by :attr:`fingerprinted` and
+        :attr:`kept`."""
+        if self.recipe_versions is None:
+            return None
+        exact: sa.ColumnElement[bool] = sa.or_(
+            sa.false(), *[sa.and_(R.name == n, R.version == v)
+                          for n, v in self.recipe_versions.items()])
+        other: sa.ColumnElement[bool] = R.name.in_(list(self.recipe_versions))
+        if not joined:
+            exact = M.recipe_id.in_(sa.select(R.id).where(exact))
+            other = M.recipe_id.in_(sa.select(R.id).where(other))
+        cond = exact
+        if self.fingerprinted:
+            cond = sa.or_(cond, sa.and_(other, M.code_fingerprint.is_not(None)))
+        if self.kept:
+            cond = sa.or_(cond, M.uid.in_(sorted(self.kept)))
+        return cond
 
     def conditions(self, *, joined: bool) -> list[sa.ColumnElement[bool]]:
         """WHERE clauses; *joined*: the recipe and device tables are in the FROM list
@@ -163,16 +196,18 @@ class Filters:
         elif self.recipe is not None:
             name, version = self.recipe
             rconds.append(sa.and_(R.name == name, R.version == version))
-        if self.recipe_versions is not None:
-            pairs = [
-                sa.and_(R.name == n, R.version == v) for n, v in self.recipe_versions.items()
-            ]
-            rconds.append(sa.or_(*pairs) if pairs else sa.false())
         if rconds:
             if joined:
                 out.extend(rconds)
             else:
                 out.append(M.recipe_id.in_(sa.select(R.id).where(*rconds)))
+        current = self._current(joined)
+        if current is not None:
+            out.append(current)
+        if self.dropped:
+            out.append(M.uid.not_in(sorted(self.dropped)))
+        if not self.retired:
+            out.append(LIVE)
         for col, value in (
             (M.loopy_version, self.loopy_version),
             (M.pyopencl_version, self.pyopencl_version),

@@ -95,8 +95,9 @@ class Planner:
 
     def __init__(self, info: DeviceInfo, dev: Any, db: Database | None, opts: Options,
                  recipe_path: Any, vector_problem: str | None = None) -> None:
-        from feinsum.measurement import UNTRANSFORMED, untransformed_version
+        from feinsum.measurement import UNTRANSFORMED
         from feinsum.recipes import recipes
+        from feinsum.tuning.codecheck import CurrentRecipes
 
         self.info, self.dev, self.db, self.opts = info, dev, db, opts
         self.vector_problem = vector_problem
@@ -105,8 +106,8 @@ class Planner:
         self.recipe_device = info if vector_problem is None else scalar_view(info)
         self.recipes: list[Recipe] = recipes(recipe_path)
         self.by_name = {r.name: r for r in self.recipes}
-        self.versions = {r.name: r.version for r in self.recipes}
-        self.versions[UNTRANSFORMED] = untransformed_version()
+        # records of older recipe versions are revalidated before they are replayed
+        self.versions = CurrentRecipes(self.recipes)
         self.untransformed = UNTRANSFORMED
         self.tuned = False
 

@@ -4,7 +4,6 @@ record of the timing database (or a recipe's default), with a report of what was
 from __future__ import annotations
 
 import collections
-import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -48,24 +47,10 @@ def _device(device: Any) -> tuple[DeviceInfo, Any, str | None]:
     return info, dev, vector_problem(dev)
 
 
-_DATABASES: dict[str, Database] = {}
-_DB_LOCK = threading.Lock()
-
-
 def _database(db: Any) -> Database | None:
-    if db is False:
-        return None
-    from feinsum.database import Database, open_database, resolve_url
-    from feinsum.database.engine import display_url
+    from feinsum.database.resolve import optional_database
 
-    if isinstance(db, Database):
-        return db
-    key = f"{display_url(resolve_url(db))}#{os.getpid()}"
-    with _DB_LOCK:
-        found = _DATABASES.get(key)
-        if found is None:
-            found = _DATABASES[key] = open_database(db)
-        return found
+    return optional_database(db)
 
 
 # }}}
@@ -171,9 +156,10 @@ def transform_program(
     Each kernel is first prepared (:func:`feinsum.matching.prepare_kernel`: what array
     compilers emit, rewritten exactly into what the matcher reads). Per statement group
     (:func:`feinsum.find_einsums`), :func:`feinsum.best` walks the fallback chain (exact
-    -> nearest lengths -> same vendor) among records of the current recipe versions, and
-    the record's configuration is replayed. In a kernel where an einsum is transformed,
-    every other statement gets the default parallel schedule
+    -> nearest lengths -> same vendor) among records of the current recipe versions (a
+    record of an older version is revalidated first: used when its generated code is
+    unchanged, retired otherwise), and the record's configuration is replayed. In a kernel
+    where an einsum is transformed, every other statement gets the default parallel schedule
     (:mod:`feinsum.hook.schedule`); other kernels are left as they are (*schedule_all*:
     scheduled too). loopy must schedule every changed kernel (one it cannot is kept as
     it was); the report says what was done to each group and kernel.

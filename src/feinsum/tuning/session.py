@@ -131,6 +131,18 @@ class _Records:
                                   recipe=(recipe_name, version), status=None,
                                   lengths=self.target.lengths))
 
+    def revalidate(self, recipes: Sequence[Recipe], jobs: int) -> None:
+        """Move the records of older versions of *recipes* (and of the untransformed kernel)
+        whose code is unchanged to the current versions (retiring the others), so that the
+        run resumes from them instead of measuring them again."""
+        if self.db is None:
+            return
+        from feinsum.tuning.codecheck import CurrentRecipes
+
+        self.db.query(self.einsum, device=self.device, status=None,
+                      lengths=self.target.lengths,
+                      recipe_versions=CurrentRecipes(recipes, jobs=jobs))
+
     def add(self, m: Measurement) -> None:
         if self.db is None:
             return
@@ -146,6 +158,7 @@ class _Records:
             validation_error=m.validation_error, message=m.message or None,
             started_at=_stamp(m.started_at), timing_started_at=_stamp(m.timing_started),
             timing_ended_at=_stamp(m.timing_ended), origin=self.origin,
+            code_fingerprint=m.fingerprint,
         ))
 
     def add_peers(self, times: Mapping[str, float]) -> None:
@@ -168,7 +181,7 @@ def _from_record(r: Any, target: Target, spread_limit: float, roofline: Roofline
                        recipe_version=r.recipe_version, params=dict(r.params),
                        lengths=dict(r.lengths), message=r.message or "", timing=timing,
                        flops=target.flops, nbytes=target.nbytes, roofline_fraction=fraction,
-                       validation_error=r.validation_error)
+                       validation_error=r.validation_error, fingerprint=r.code_fingerprint)
 
 
 # }}}
@@ -277,8 +290,9 @@ def autotune(
     """Tune *einsum* on *device*: search the applicable recipes' configurations, measure
     each in an isolated worker, record everything in *db*, and return the best.
 
-    :arg db: a database (:func:`feinsum.open_database`); ``None``: the default database;
-        ``False``: record nothing (no resume, the roofline measured again).
+    :arg db: a :class:`~feinsum.database.Database`, a path, an SQLAlchemy URL, ``None``
+        (the default database) or ``False`` (record nothing: no resume, the roofline
+        measured again).
     :arg recipes: recipes (objects or names) to consider; default: every recipe on
         *recipe_path*, ``FEINSUM_RECIPE_PATH`` and the shipped ones that applies.
     :arg strategy: ``"exhaustive"``, ``"random"``, ``"model"`` (optuna TPE) or ``"auto"``
@@ -303,8 +317,10 @@ def autotune(
     :arg options: :class:`~feinsum.measurement.MeasureOptions` fields (``min_samples``,
         ``min_time``, ``build_timeout``, ``run_timeout``, ``validate_full``, ...).
     """
+    from feinsum.database.resolve import optional_database
     from feinsum.devices import device_info, get_device
     from feinsum.roofline import measure_roofline
+    from feinsum.tuning.codecheck import default_jobs
     from feinsum.tuning.peers import time_peers
 
     if strategy != "auto" and strategy not in STRATEGIES:
@@ -315,11 +331,7 @@ def autotune(
     t_start = time.monotonic()
     dev = get_device(device)
     info = device_info(dev)
-    if db is None:
-        from feinsum.database import open_database
-
-        db = open_database()
-    store = None if db is False else db
+    store = optional_database(db)
     opts = MeasureOptions().with_overrides(**options)
     target = Target.make(einsum, lengths)
     if store is not None and origin is None:
@@ -333,8 +345,9 @@ def autotune(
         raise TuningError(f"no recipe applies to {einsum}: "
                           + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
 
+    records.revalidate(chosen, workers or default_jobs())
     with _holding(timing_lock):
-        roof = measure_roofline(dev, db=store)
+        roof = measure_roofline(dev, db=False if store is None else store)
         peer_times: dict[str, float] = {}
         if peers:  # before any worker starts: nothing else runs on the CPU
             inputs = random_inputs(target.spec, target.lengths, opts.seed)
