@@ -18,6 +18,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 CASES = {
+    "arraycontext": (["bench_arraycontext.py", "--elements", "64", "--repeat", "1", "--only",
+                      "DG step"], ["DG step", "vs untransformed"]),
     "campaign": (["bench_campaign.py", "--jobs", "2", "--budget", "1", "--workers", "1",
                   "--repeat", "1"], ["jobs/min", "device held for timing"]),
     "einsum": (["bench_einsum.py", "--quick", "--configs", "1", "--no-untransformed",
@@ -33,6 +35,10 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_benchmark_script_runs(name: str, tmp_path: Path) -> None:
+    if name == "arraycontext":
+        from test_arraycontext import require_arraycontext
+
+        require_arraycontext()
     args, expected = CASES[name]
     env = {**os.environ, "FEINSUM_DB": str(tmp_path / "feinsum.sqlite"),
            "FEINSUM_CACHE_DIR": str(tmp_path / "cache")}

@@ -121,6 +121,32 @@ def _add(note: str, more: str) -> str:
     return f"{note}; {more}" if note else more
 
 
+def _typed_for_check(t_unit: Any) -> Any:
+    """*t_unit* with every type inferred, for scheduling only: the types loopy learns only
+    at the call (a length parameter's, an input's) are taken as int32 and float64, which
+    does not change how it schedules. None if even that leaves types unknown."""
+    import loopy as lp
+    import numpy as np
+    from loopy.types import NumpyType
+
+    try:
+        return lp.infer_unknown_types(t_unit, expect_completion=True)
+    except Exception:  # loopy's inference failing is expected here: fill in and retry
+        pass
+    for clbl in t_unit.callables_table.values():
+        knl = getattr(clbl, "subkernel", None)
+        if knl is None:
+            continue
+        guess = {a.name: (np.int32 if isinstance(a, lp.ValueArg) else np.float64)
+                 for a in knl.args if not isinstance(a.dtype, NumpyType)}
+        if guess:
+            t_unit = t_unit.with_kernel(lp.add_dtypes(knl, guess))
+    try:
+        return lp.infer_unknown_types(t_unit, expect_completion=True)
+    except Exception:  # still unknown: the caller's code generation will check
+        return None
+
+
 def schedule_problem(t_unit: Any, names: Sequence[str]) -> str | None:
     """Why loopy cannot schedule the kernels *names* of *t_unit* (None: it can). A program
     whose types loopy cannot infer yet (dtypes given only at the call) is not checked:
@@ -129,9 +155,8 @@ def schedule_problem(t_unit: Any, names: Sequence[str]) -> str | None:
     from loopy.check import pre_schedule_checks
     from loopy.schedule import get_one_linearized_kernel
 
-    try:
-        typed = lp.infer_unknown_types(t_unit, expect_completion=True)
-    except Exception:  # types known only at the call: nothing to check here
+    typed = _typed_for_check(t_unit)
+    if typed is None:  # types known only at the call: nothing to check here
         return None
     try:
         t = lp.preprocess_program(typed)

@@ -1,0 +1,119 @@
+"""DG programs through arraycontext + pytato: untransformed, with feinsum, and numpy.
+
+    .venv/bin/python benchmarks/bench_arraycontext.py [--elements 20000] [--tune N]
+
+Each program of ``dg_programs.py`` (the four DG workloads, the DG step, an RHS of 20
+einsums with elementwise work) is written once against the array-context interface and run
+through arraycontext's ``PytatoPyOpenCLArrayContext`` (what pytato's users have: one
+work-item runs everything) and through feinsum's drop-in subclass of it, then computed by
+numpy (``einsum(optimize=True)``), in one process and one run. Every program is checked
+against numpy first. Times are the fastest of ``--repeat`` calls (``queue.finish()``
+included; the transfer of the result to the host is not), ratios against the untransformed
+program and against numpy. A program whose untransformed call takes longer than
+``--slow-limit`` seconds is timed once (its ratio is then a lower bound, marked ``>``).
+
+``--tune N`` tunes each einsum the first time feinsum's context compiles it (the hook's
+``on_miss="tune"``, N evaluations, records in ``--db``); without it the records already in
+``--db`` are replayed and the recipe defaults cover the rest (``--db none``: defaults only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dg_programs as dp
+
+
+def fastest(f: Any, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        f()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--elements", type=int, default=20_000)
+    parser.add_argument("--only", nargs="*", help="programs to run (default: all)")
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--slow-limit", type=float, default=5.0)
+    parser.add_argument("--tune", type=int, default=0, metavar="N")
+    parser.add_argument("--db", default="none",
+                        help="feinsum's timing database (a path), or none: defaults only")
+    args = parser.parse_args()
+
+    import pyopencl.tools as clt
+    from arraycontext import PytatoPyOpenCLArrayContext
+
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+    from feinsum.devices import device_info, get_device, get_queue
+
+    dev = get_device()
+    queue = get_queue(dev)
+    db: Any = False if args.db == "none" else args.db
+    if args.tune and db is False:
+        parser.error("--tune records what it measures: give --db PATH")
+    print(f"device: {device_info(dev).name}; E = {args.elements}; float64; fastest of "
+          f"{args.repeat} calls")
+    names = args.only or list(dp.PROGRAMS)
+    rows = []
+    for name in names:
+        fn, inputs = dp.PROGRAMS[name]
+        host = dp.inputs(inputs, args.elements)
+        reference = dp.numpy_version(name)(**host)
+        t_numpy = fastest(lambda: dp.numpy_version(name)(**host), max(2, args.repeat // 3))  # noqa: B023
+        times: dict[str, tuple[float, bool]] = {}
+        report = None
+        for label in ("untransformed", "feinsum"):
+            if label == "feinsum":
+                actx: Any = FeinsumPytatoPyOpenCLArrayContext(
+                    queue, feinsum_db=db, feinsum_on_miss="tune" if args.tune else "default",
+                    feinsum_budget=args.tune or None)
+            else:
+                actx = PytatoPyOpenCLArrayContext(
+                    queue, clt.MemoryPool(clt.ImmediateAllocator(queue)))
+            arrays = {k: actx.from_numpy(a) for k, a in host.items()}
+            step = actx.compile(lambda actx=actx, fn=fn, **kw: fn(actx, **kw))  # type: ignore[misc]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                t0 = time.perf_counter()
+                out = actx.to_numpy(step(**arrays))
+                first = time.perf_counter() - t0
+            err = float(np.abs(out - reference).max() / np.abs(reference).max())
+            if err > 1e-8:
+                raise SystemExit(f"{name} ({label}): relative error {err:.1e} against numpy")
+            if label == "feinsum":
+                report = actx.feinsum_last_report
+
+            def call(step: Any = step, arrays: Any = arrays) -> None:
+                step(**arrays)
+                queue.finish()
+
+            if label == "untransformed" and first > args.slow_limit:
+                times[label] = (fastest(call, 1), True)
+            else:
+                times[label] = (fastest(call, args.repeat), False)
+        t_plain, slow = times["untransformed"]
+        t_fe, _ = times["feinsum"]
+        rows.append((name, t_plain, slow, t_fe, t_numpy, report))
+    print(f"\n{'program':18s} {'untransformed':>14s} {'feinsum':>10s} {'numpy':>10s} "
+          f"{'vs untransformed':>17s} {'vs numpy':>9s}  recipes")
+    for name, t_plain, slow, t_fe, t_np, report in rows:
+        recipes = sorted({g.recipe for g in report.groups if g.recipe} if report else set())
+        print(f"{name:18s} {t_plain * 1e3:11.2f} ms {t_fe * 1e3:7.2f} ms {t_np * 1e3:7.2f} ms "
+              f"{'>' if slow else ' '}{t_plain / t_fe:15.1f}x {t_np / t_fe:8.2f}x  "
+              f"{', '.join(recipes)}")
+
+
+if __name__ == "__main__":
+    main()
