@@ -217,9 +217,11 @@ class _Records:
         self.payloads: list[dict[str, Any]] = []
 
     def query(self, einsum: Any, *, device: Any = None, recipe: tuple[str, str] | None = None,
-              status: Any = None, lengths: Mapping[str, int] | None = None) -> list[Any]:
+              status: Any = None, lengths: Mapping[str, int] | None = None,
+              **options: Any) -> list[Any]:
         if self.db is not None:
-            return self.db.query(einsum, device, recipe=recipe, status=status, lengths=lengths)
+            return self.db.query(einsum, device, recipe=recipe, status=status, lengths=lengths,
+                                 **options)
         return [k for k in self.known
                 if (recipe is None or (k.recipe_name, k.recipe_version) == tuple(recipe))
                 and (lengths is None or dict(k.lengths) == dict(lengths))]
@@ -232,6 +234,13 @@ class _Records:
             self.payloads.append(p)
             self.known.append(_Known.of(p))
         self.events.send("measurement", recorded=self.db is not None, payload=p)
+
+    def add_peer_timings(self, einsum: Any, device: Any, times: Mapping[str, float],
+                         **options: Any) -> None:
+        """The peers' timings go where the measurements go; the client's records keep
+        measurements only."""
+        if self.db is not None:
+            self.db.add_peer_timings(einsum, device, times, **options)
 
     def get_roofline(self, info: DeviceInfo) -> dict[str, Any] | None:
         if self.db is not None:

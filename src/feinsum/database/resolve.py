@@ -37,10 +37,18 @@ _OPEN: dict[str, Database] = {}
 _LOCK = threading.Lock()
 
 
+#: The methods of a :class:`~feinsum.database.Database` an object must have to stand in
+#: for one (a campaign's worker relays its measurements to the client through such a store).
+STORE_METHODS = ("query", "add_measurement", "get_roofline", "set_roofline")
+
+
 def resolve_database(db: DatabaseLike) -> Database:
-    """The :class:`~feinsum.database.Database` *db* names (see the module docstring)."""
+    """The :class:`~feinsum.database.Database` *db* names (see the module docstring); an
+    object with every method of :data:`STORE_METHODS` stands for itself."""
     if isinstance(db, Database):
         return db
+    if all(callable(getattr(db, m, None)) for m in STORE_METHODS):
+        return db  # type: ignore[return-value]
     if db is not None and (isinstance(db, bool) or not isinstance(db, (str, os.PathLike, URL))):
         raise DatabaseError(
             f"db={db!r}: name a database by a feinsum.database.Database, a path, an "

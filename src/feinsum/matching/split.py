@@ -245,24 +245,31 @@ def _lift(knl: lp.LoopKernel, find: Any, what: str) -> tuple[lp.LoopKernel, list
             extents = [loop_extent(knl, i) for i in free]
             if None in extents or not _reads_only_global(knl, expr):
                 continue
+            bound = _bound_inames(expr)
+            bound_extents = [loop_extent(knl, i) for i in bound]
+            if None in bound_extents:
+                continue
             order = _output_order(insn, free)
             extents = [extents[free.index(i)] for i in order]
             tname = _fresh(f"{_stem(insn.id)}_{what[:3]}", taken)
             sid = _fresh(f"{insn.id}_{what[:3]}", taken)
-            own = {i: _fresh(f"{i}_{what[:3]}", taken) for i in order}
+            # the statement gets its own copies of the loops it runs in and reduces over
+            own = {i: _fresh(f"{i}_{what[:3]}", taken) for i in [*order, *bound]}
             temps[tname] = TemporaryVariable(
                 tname, dtype=None, shape=tuple(cast(list[Any], extents)),
                 address_space=AddressSpace.GLOBAL)
             lifted[expr] = prim.Subscript(prim.Variable(tname),
                                           tuple(prim.Variable(i) for i in order)) \
                 if order else prim.Variable(tname)
-            if order:
-                domains.append(_box(knl, [own[i] for i in order], extents))
+            if order or bound:
+                domains.append(_box(knl, [own[i] for i in [*order, *bound]],
+                                    [*extents, *bound_extents]))
                 new_inames.update({own[i]: knl.inames[i].copy(name=own[i], tags=frozenset())
-                                   for i in order})
+                                   for i in [*order, *bound]})
             extra.append(Assignment(
                 _rename(lifted[expr], own), _rename(expr, own), id=sid,
-                depends_on=frozenset(insn.depends_on), within_inames=frozenset(own.values())))
+                depends_on=_writers_before(knl, insn, expr),
+                within_inames=frozenset(own[i] for i in order)))
             done.append(f"statement {insn.id!r}: {what} {_short(expr)} computed by statement "
                         f"{sid!r} into global temporary {tname!r}")
         if not lifted:
@@ -274,9 +281,15 @@ def _lift(knl: lp.LoopKernel, find: Any, what: str) -> tuple[lp.LoopKernel, list
             depends_on=frozenset(insn.depends_on) | {x.id for x in extra}))
     if not done:
         return knl, []
-    return knl.copy(instructions=new_insns, temporary_variables=temps,
-                    domains=[*knl.domains, *domains],
-                    inames={**knl.inames, **new_inames}), done
+    import loopy as lp
+
+    knl = knl.copy(instructions=new_insns, temporary_variables=temps,
+                   domains=[*knl.domains, *domains], inames={**knl.inames, **new_inames})
+    # the loops only the lifted expressions used (their copies replace them) go
+    used = {i for insn in knl.instructions
+            for i in (*insn.within_inames, *insn.reduction_inames())}
+    unused = sorted(set(inames) - used)
+    return (lp.remove_unused_inames(knl, inames=unused) if unused else knl), done
 
 
 def _box(knl: lp.LoopKernel, names: list[str], extents: list[Any]) -> Any:
@@ -292,11 +305,50 @@ def _box(knl: lp.LoopKernel, names: list[str], extents: list[Any]) -> Any:
 
 
 def _rename(expr: Any, names: dict[str, str]) -> Any:
-    from loopy.symbolic import SubstitutionMapper
-    from pymbolic.mapper.substitutor import make_subst_func
+    """*expr* with the loop indices *names* renames renamed, reduction loops included."""
+    from loopy.symbolic import IdentityMapper, Reduction
 
-    return SubstitutionMapper(make_subst_func(
-        {k: prim.Variable(v) for k, v in names.items()}))(expr)
+    class Rename(IdentityMapper):  # type: ignore[misc]
+        def map_variable(self, e: Any, *args: Any) -> Any:
+            return prim.Variable(names[e.name]) if e.name in names else e
+
+        def map_reduction(self, e: Any, *args: Any) -> Any:
+            return Reduction(e.operation, tuple(names.get(i, i) for i in e.inames),
+                             self.rec(e.expr, *args), e.allow_simultaneous)
+
+    return Rename()(expr)
+
+
+def _bound_inames(expr: Any) -> list[str]:
+    """The loop indices the reductions of *expr* bind, in order of first appearance."""
+    from loopy.symbolic import Reduction
+
+    from feinsum.formulas import walk
+
+    found: list[str] = []
+    for e in walk(expr):
+        if isinstance(e, Reduction):
+            found.extend(i for i in e.inames if i not in found)
+    return found
+
+
+def _writers_before(knl: lp.LoopKernel, insn: Any, expr: Any) -> frozenset[str]:
+    """The statements *insn* depends on (directly or not) that write what *expr* reads:
+    what a statement computing *expr* must follow (depending on the others too would tie
+    it to loops it does not run in)."""
+    from loopy.symbolic import get_dependencies
+
+    reads = set(get_dependencies(expr))
+    seen: set[str] = set()
+    stack = list(insn.depends_on)
+    while stack:
+        d = stack.pop()
+        if d in seen or d not in knl.id_to_insn:
+            continue
+        seen.add(d)
+        stack.extend(knl.id_to_insn[d].depends_on)
+    return frozenset(d for d in seen
+                     if set(knl.id_to_insn[d].assignee_var_names()) & reads)
 
 
 def _replace(expr: Any, replacements: dict[Any, Any]) -> Any:
