@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from feinsum.database import FORMAT_VERSION
 from feinsum.database.records import FINGERPRINT_ORIGINS
 from feinsum.fingerprint import is_comparable
 
@@ -26,7 +27,8 @@ def test_shipped_records_are_fingerprinted_and_current(path: Path) -> None:
 
     current = CurrentRecipes()
     lines = _lines(path)
-    assert lines[0] == {"format": "feinsum-timings", "format_version": 2, "type": "header"}
+    assert lines[0] == {"format": "feinsum-timings", "format_version": FORMAT_VERSION,
+                        "type": "header"}
     live = [m for m in lines if m["type"] == "measurement" and m["retired_at"] is None]
     assert live
     # (a record without a fingerprint at an older version cannot be revalidated: queries

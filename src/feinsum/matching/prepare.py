@@ -131,7 +131,6 @@ def inline_constant_bounds(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str]
     """Domain parameters that are scalar temporaries assigned an integer constant by one
     unconditional statement become that constant; the statements and temporaries go."""
     import islpy as isl
-    import loopy as lp
     from loopy.kernel.instruction import Assignment
 
     params: set[str] = set()
@@ -156,16 +155,36 @@ def inline_constant_bounds(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str]
         drop[w.id] = w
     if not values:
         return knl, []
+    from loopy.symbolic import SubstitutionMapper
+    from pymbolic.mapper.substitutor import make_subst_func
+
+    smap = SubstitutionMapper(make_subst_func(values))
     knl = knl.copy(
-        instructions=_without_statements(knl, drop),
+        instructions=[i.with_transformed_expressions(smap) if hasattr(i, "expression") else i
+                      for i in _without_statements(knl, drop)],
         temporary_variables={k: v for k, v in knl.temporary_variables.items()
-                             if k not in values})
-    knl = lp.fix_parameters(knl, **values)  # type: ignore[arg-type]
+                             if k not in values},
+        domains=[_fix_params(d, values) for d in knl.domains],
+        assumptions=_fix_params(knl.assumptions, values))
     shown = ", ".join(f"{k} = {v}" for k, v in values.items())
     return knl, [f"loop bounds held in temporaries replaced by their constant values ({shown})"]
 
 
 # }}}
+
+
+def _fix_params(dom: Any, values: Mapping[str, int]) -> Any:
+    """*dom* with its parameters in *values* fixed to those values and projected out."""
+    import islpy as isl
+
+    for name, value in values.items():
+        found = dom.get_var_dict().get(name)
+        if found is None or found[0] != isl.dim_type.param:
+            continue
+        idx = found[1]
+        dom = dom.fix_val(isl.dim_type.param, idx, value).project_out(
+            isl.dim_type.param, idx, 1)
+    return dom
 
 
 # {{{ loops that run once

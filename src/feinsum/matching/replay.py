@@ -128,7 +128,8 @@ def loop_nests(t_unit: lp.TranslationUnit, name: str) -> set[tuple[str, ...]]:
     import loopy as lp
     from loopy.schedule import EnterLoop, LeaveLoop, RunInstruction
 
-    t = lp.linearize(lp.preprocess_program(lp.infer_unknown_types(t_unit)))
+    with lp.CacheMode(False):  # feinsum's kernels do not hit loopy's caches across processes
+        t = lp.linearize(lp.preprocess_program(lp.infer_unknown_types(t_unit)))
     nests: set[tuple[str, ...]] = set()
     stack: list[str] = []
     for item in t[name].linearization or ():

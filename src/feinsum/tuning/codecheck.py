@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import hashlib
 import multiprocessing
 import os
@@ -173,6 +174,9 @@ class CurrentRecipes(Mapping[str, str]):
              ) -> Iterator[tuple[tuple[str, ...], Regenerated]]:
         portable = {k: j for k, j in todo.items()
                     if j.recipe_file is not None or j.recipe_name not in self._recipes}
+        # in processes of the hash seed the tuning workers run with (loopy's code for some
+        # kernels depends on it); with one job, and for recipes defined in this process
+        # only, here
         here = {k: j for k, j in todo.items() if k not in portable}
         if self.jobs > 1 and portable:
             yield from _in_workers(portable, self.jobs)
@@ -189,6 +193,28 @@ def _in_workers(jobs: Mapping[tuple[str, ...], _Job], workers: int
     run one process each, and the one that dies again gets that as its error."""
     ctx = multiprocessing.get_context("spawn")
     left = dict(jobs)
+    with _hash_seed():
+        yield from _pooled(ctx, left, workers)
+
+
+@contextlib.contextmanager
+def _hash_seed() -> Iterator[None]:
+    """Processes spawned meanwhile run with :data:`feinsum.isolation.CODE_HASH_SEED`."""
+    from feinsum.isolation import CODE_HASH_SEED
+
+    before = os.environ.get("PYTHONHASHSEED")
+    os.environ["PYTHONHASHSEED"] = CODE_HASH_SEED
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONHASHSEED", None)
+        else:
+            os.environ["PYTHONHASHSEED"] = before
+
+
+def _pooled(ctx: Any, left: dict[tuple[str, ...], _Job], workers: int
+            ) -> Iterator[tuple[tuple[str, ...], Regenerated]]:
     try:
         with concurrent.futures.ProcessPoolExecutor(min(workers, len(left)),
                                                     mp_context=ctx) as pool:
