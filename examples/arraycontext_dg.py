@@ -15,7 +15,7 @@ built from their repositories: docs/installation.rst).
 from __future__ import annotations
 
 import argparse
-import time
+import timeit
 import warnings
 
 import numpy as np
@@ -31,15 +31,6 @@ def numpy_step(J, D, v, L, Jf, flux):  # type: ignore[no-untyped-def]
     div = np.einsum("xre,rij,xej->ei", J, D, v, optimize=True)
     lift = np.einsum("ifj,fe,fej->ei", L, Jf, flux, optimize=True)
     return np.sin(div) + 0.5 * lift
-
-
-def fastest(f, repeat: int = 10) -> float:  # type: ignore[no-untyped-def]
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main() -> None:
@@ -69,7 +60,7 @@ def main() -> None:
         "pytato + feinsum": FeinsumPytatoPyOpenCLArrayContext(
             queue, feinsum_db=False if args.db == "none" else args.db),
     }
-    times = {"numpy": fastest(lambda: numpy_step(**host), 3)}
+    times = {"numpy": min(timeit.repeat(lambda: numpy_step(**host), number=1, repeat=3))}
     for name, actx in contexts.items():
         arrays = {k: actx.from_numpy(a) for k, a in host.items()}
         step = actx.compile(lambda **kw: dg_step(actx, **kw))  # noqa: B023
@@ -85,7 +76,7 @@ def main() -> None:
             step(**arrays)
             queue.finish()
 
-        times[name] = fastest(run)
+        times[name] = min(timeit.repeat(run, number=1, repeat=10))
     base = times["pytato"]
     print(f"\nE = {E}, float64, fastest of repeated calls:")
     for name, t in times.items():

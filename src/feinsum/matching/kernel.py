@@ -95,17 +95,7 @@ class _Kernel:
 
     def depends(self, later: str, earlier: str) -> bool:
         """Whether statement *later* depends (transitively) on *earlier*."""
-        seen: set[str] = set()
-        stack = [later]
-        while stack:
-            cur = stack.pop()
-            for dep in self.by_id[cur].depends_on:
-                if dep == earlier:
-                    return True
-                if dep not in seen and dep in self.by_id:
-                    seen.add(dep)
-                    stack.append(dep)
-        return False
+        return earlier in dependencies(self.by_id, later)
 
     # }}}
 
@@ -361,6 +351,18 @@ class _Kernel:
                 taken.add(name)
                 return name
         raise AssertionError  # pragma: no cover
+
+
+def dependencies(by_id: Mapping[str, Any], insn_id: str) -> set[str]:
+    """Every statement statement *insn_id* depends on, directly or not."""
+    seen: set[str] = set()
+    stack = [insn_id]
+    while stack:
+        for dep in by_id[stack.pop()].depends_on:
+            if dep not in seen and dep in by_id:
+                seen.add(dep)
+                stack.append(dep)
+    return seen
 
 
 def _bound_text(coeffs: Mapping[Any, int], iname: str, lower: bool) -> str:

@@ -164,8 +164,8 @@ def inline_constant_bounds(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str]
                       for i in _without_statements(knl, drop)],
         temporary_variables={k: v for k, v in knl.temporary_variables.items()
                              if k not in values},
-        domains=[_fix_params(d, values) for d in knl.domains],
-        assumptions=_fix_params(knl.assumptions, values))
+        domains=[_fix_dims(d, values, "param") for d in knl.domains],
+        assumptions=_fix_dims(knl.assumptions, values, "param"))
     shown = ", ".join(f"{k} = {v}" for k, v in values.items())
     return knl, [f"loop bounds held in temporaries replaced by their constant values ({shown})"]
 
@@ -173,17 +173,17 @@ def inline_constant_bounds(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str]
 # }}}
 
 
-def _fix_params(dom: Any, values: Mapping[str, int]) -> Any:
-    """*dom* with its parameters in *values* fixed to those values and projected out."""
+def _fix_dims(dom: Any, values: Mapping[str, int], kind: str) -> Any:
+    """*dom* with its dimensions of *kind* (``"param"``, ``"set"``) named in *values* fixed
+    to those values and projected out."""
     import islpy as isl
 
+    dim = getattr(isl.dim_type, kind)
     for name, value in values.items():
         found = dom.get_var_dict().get(name)
-        if found is None or found[0] != isl.dim_type.param:
+        if found is None or found[0] != dim:
             continue
-        idx = found[1]
-        dom = dom.fix_val(isl.dim_type.param, idx, value).project_out(
-            isl.dim_type.param, idx, 1)
+        dom = dom.fix_val(dim, found[1], value).project_out(dim, found[1], 1)
     return dom
 
 
@@ -244,7 +244,6 @@ def _unit_loop_mapper(values: Mapping[str, int]) -> Any:
 def remove_unit_loops(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str]]:
     """Untagged loops that run exactly once become their index value in every statement
     (a reduction over them alone becomes its body); the loops go."""
-    import islpy as isl
     from loopy.symbolic import Reduction
 
     from feinsum.formulas import walk
@@ -279,17 +278,7 @@ def remove_unit_loops(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str]]:
         insn = insn.with_transformed_expressions(mapper)
         insns.append(insn.copy(within_inames=frozenset(insn.within_inames) - set(values)))
 
-    def fix(dom: Any) -> Any:
-        for name, value in values.items():
-            found = dom.get_var_dict().get(name)
-            if found is None or found[0] != isl.dim_type.set:
-                continue
-            idx = found[1]
-            dom = dom.fix_val(isl.dim_type.set, idx, value).project_out(
-                isl.dim_type.set, idx, 1)
-        return dom
-
-    domains = [fix(d) for d in knl.domains]
+    domains = [_fix_dims(d, values, "set") for d in knl.domains]
     inames = {k: v for k, v in knl.inames.items() if k not in values}
     priority = frozenset(p for p in (tuple(i for i in nest if i not in values)
                                      for nest in knl.loop_priority) if len(p) > 1)

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pymbolic.primitives as prim
 
+from feinsum.matching.kernel import dependencies
+
 if TYPE_CHECKING:
     import loopy as lp
 
@@ -339,15 +341,7 @@ def _writers_before(knl: lp.LoopKernel, insn: Any, expr: Any) -> frozenset[str]:
     from loopy.symbolic import get_dependencies
 
     reads = set(get_dependencies(expr))
-    seen: set[str] = set()
-    stack = list(insn.depends_on)
-    while stack:
-        d = stack.pop()
-        if d in seen or d not in knl.id_to_insn:
-            continue
-        seen.add(d)
-        stack.extend(knl.id_to_insn[d].depends_on)
-    return frozenset(d for d in seen
+    return frozenset(d for d in dependencies(knl.id_to_insn, insn.id)
                      if set(knl.id_to_insn[d].assignee_var_names()) & reads)
 
 
@@ -497,20 +491,6 @@ def _short(expr: Any) -> str:
 # {{{ private results
 
 
-def _after(knl: lp.LoopKernel, later: str, earlier: str) -> bool:
-    """Whether statement *later* depends, directly or not, on *earlier*."""
-    seen: set[str] = set()
-    stack = [later]
-    while stack:
-        for dep in knl.id_to_insn[stack.pop()].depends_on:
-            if dep == earlier:
-                return True
-            if dep not in seen and dep in knl.id_to_insn:
-                seen.add(dep)
-                stack.append(dep)
-    return False
-
-
 def promote_private_results(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str]]:
     """A private scalar temporary written once, by a reduction, inside loops ``W``, and
     read only by statements inside all of ``W``, becomes a global temporary indexed by
@@ -537,7 +517,8 @@ def promote_private_results(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str
         readers = [i for i in knl.instructions if name in i.read_dependency_names()
                    and i.id != w.id]
         if not readers or any(not set(r.within_inames) >= set(w.within_inames)
-                              or not _after(knl, r.id, w.id) for r in readers):
+                              or w.id not in dependencies(knl.id_to_insn, r.id)
+                              for r in readers):
             continue
         order = _output_order(readers[0], sorted(w.within_inames))
         extents = [loop_extent(knl, i) for i in order]
