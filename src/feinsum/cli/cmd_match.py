@@ -18,6 +18,10 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--within", default=None, metavar="MATCH",
                         help='explain the statements a loopy match expression selects '
                         '(e.g. "id:lift*"): their einsum, or why they are not one')
+    parser.add_argument("--as-hook", action="store_true",
+                        help="match each kernel as the hook does: after the exact rewrites "
+                        "of feinsum.matching.prepare_kernel (listed), which put what array "
+                        "compilers emit into einsums")
     add_json_argument(parser)
 
 
@@ -42,6 +46,14 @@ def run(args: argparse.Namespace) -> int:
 
     t_unit = load_kernel(args.kernel)
     names = kernel_names(t_unit)
+    rewrites: list[dict[str, Any]] = []
+    if args.as_hook:
+        from feinsum.matching import prepare_kernel
+
+        for name in names:
+            prepared = prepare_kernel(t_unit[name])
+            t_unit = t_unit.with_kernel(prepared.kernel)
+            rewrites.extend({"kernel": name, "rewrite": c} for c in prepared.changes)
     if args.kernel_name is not None:
         if args.kernel_name not in names:
             raise EinsumMatchError(f"no kernel {args.kernel_name!r} in {args.kernel} "
@@ -71,8 +83,12 @@ def run(args: argparse.Namespace) -> int:
     none = f"no einsum found in {args.kernel}"
     if args.json:
         emit_json({"file": args.kernel, "kernels": names, "einsums": found,
-                   "not_matched": rejected})
+                   "not_matched": rejected, "rewrites": rewrites})
         return 0 if found else nothing_found("match", none)
+    if rewrites:
+        print("rewritten as the hook does before matching:")
+        for r in rewrites:
+            print(f"  {r['kernel']}: {r['rewrite']}")
     print_table(f"einsums in {args.kernel}", ["kernel", "statements", "einsum",
                                               "lengths", "canonical key"],
                 [[f["kernel"], ", ".join(f["statements"]), f["subscripts"],

@@ -277,7 +277,9 @@ class _RowBuilder:
 
 
 def _squeeze_accesses(expr: Any, kk: _Kernel) -> Any:
-    """*expr* with every access to an array with length-1 axes squeezed (kk.squeeze)."""
+    """*expr* as a formula reads it: every access to an array with length-1 axes squeezed
+    (kk.squeeze), and functions loopy has resolved (type-inferred kernels call
+    ``ResolvedFunction("sin")``) called by name again."""
     from loopy.symbolic import IdentityMapper
 
     class Squeeze(IdentityMapper):  # type: ignore[misc]
@@ -288,6 +290,9 @@ def _squeeze_accesses(expr: Any, kk: _Kernel) -> Any:
             ) in ("array", "temporary"):
                 return kk.squeeze(e)
             return e
+
+        def map_resolved_function(self, e: Any, *args: Any) -> Any:
+            return prim.Variable(str(e.name))
 
     return Squeeze()(expr)
 
@@ -327,6 +332,9 @@ class _GroupState:
                         raise _Reject(f"in {body}, feature index {iname!r} is also a loop "
                                       "index of the einsum")
                     features.append(iname)
+        # an array's name inside its own access is not a read of a scalar
+        subscripted = {e.aggregate.name for e in _walk_all(body)
+                       if isinstance(e, prim.Subscript) and isinstance(e.aggregate, prim.Variable)}
         for e in _walk_all(body):
             if isinstance(e, prim.Subscript) and isinstance(e.aggregate, prim.Variable):
                 aname = e.aggregate.name
@@ -351,7 +359,7 @@ class _GroupState:
                             f"{loop!r} runs over {length} values (a partial read)"
                         )
                 arrays.setdefault(aname, arr)
-            elif isinstance(e, prim.Variable):
+            elif isinstance(e, prim.Variable) and e.name not in subscripted:
                 kind = kk.variable_kind(e.name)
                 if kind == "value" and e.name not in args:
                     arrays.setdefault(e.name, kk.scalar(e.name))
