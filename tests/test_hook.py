@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import loopy as lp
 import numpy as np
 import pytest
 
@@ -501,3 +502,36 @@ def test_on_miss_tune_for_real(cl_device: Any, tmp_path: Path, cl_queue: Any,
 # }}}
 
 # vim: foldmethod=marker
+
+
+def test_arrays_with_offsets_in_vector_stores(cl_device: Any, cl_queue: Any) -> None:
+    """A recipe that writes with vstoreN (C statements addressing memory themselves) on a
+    kernel whose arrays are declared offset=lp.auto and passed as views at an offset: the
+    C statements add the offset too."""
+    import pyopencl.array as cla
+
+    from feinsum.devices import has_vector_code
+    from feinsum.hook import transform_program
+
+    E = 300
+    t = lp.make_kernel(
+        "{[e, i, j]: 0<=e<nel and 0<=i<35 and 0<=j<35}",
+        "out[e, i] = sum(j, D[i, j]*u[e, j])",
+        [lp.GlobalArg("D,u,out", np.float64, shape=lp.auto, offset=lp.auto),
+         lp.ValueArg("nel", np.int32)], lang_version=(2018, 2))
+    t = lp.set_options(t, return_dict=True)
+    new, rep = transform_program(t, device=cl_device, db=False, prefer=["dg_transposed"])
+    assert rep.groups[0].recipe == "dg_transposed"
+    rng = np.random.default_rng(3)
+    D, u = rng.random((35, 35)), rng.random((E, 35))
+    pad = 7  # every array a view 7 entries into a bigger buffer
+
+    def view(a: np.ndarray) -> Any:
+        big = cla.to_device(cl_queue, np.concatenate([np.full(pad, np.nan), a.ravel()]))
+        return big[pad:].reshape(a.shape)
+
+    out = view(np.full((E, 35), np.nan))
+    _, res = new.executor(cl_queue.context)(cl_queue, D=view(D), u=view(u), out=out)
+    np.testing.assert_allclose(res["out"].get(), u @ D.T, rtol=1e-12)
+    if has_vector_code(new.default_entrypoint):
+        assert "_offset" in str(new.default_entrypoint)  # the C statements' offsets

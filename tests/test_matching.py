@@ -310,3 +310,37 @@ def test_reference_kernel_matches_as_its_own_spec():
         m = feinsum.match_einsum(feinsum.generate_loopy(c))
         assert m.canonical_key == feinsum.canonical_key(e)
 
+
+
+def test_untyped_scalar_temporary_assigned_a_constant():
+    """``<> t = 1`` (a temporary of loopy's auto type, as several of loopy's own test
+    kernels have) is no einsum, and the matcher says so instead of raising numpy's
+    'at least one array or dtype is required'."""
+    knl = lp.make_kernel("{[i]: 0<=i<n}", """
+        <> t = 1
+        y[i] = 2*x[i] + t
+        """, [lp.GlobalArg("x,y", np.float64, shape=("n",)), ...], lang_version=(2018, 2))
+    assert feinsum.find_einsums(knl) == []
+    with pytest.raises(feinsum.EinsumMatchError, match="at least one operand"):
+        feinsum.match_einsum(knl, within="id:insn")
+
+
+def test_length_one_axes_and_offsets():
+    """An (E, 1) array read at index 0 is the einsum's (E,) array, and arrays declared with
+    offset=lp.auto (as pytato and lp.make_einsum declare them) match."""
+    knl = lp.make_kernel(
+        "{[e, i, j]: 0<=e<n and 0<=i<5 and 0<=j<5}",
+        "out[e, i] = sum(j, jac[e, 0]*D[i, j]*u[e, j])",
+        [lp.GlobalArg("jac", np.float64, shape=("n", 1), offset=lp.auto),
+         lp.GlobalArg("D,u,out", np.float64, shape=lp.auto, offset=lp.auto), ...],
+        lang_version=(2018, 2))
+    m = feinsum.match_einsum(knl)
+    assert m.squeezed == {"jac": (1,)}
+    assert [a.shape for a in m.einsum.arrays if a.name == "jac"] == [("n",)]
+    with pytest.raises(feinsum.EinsumMatchError, match="length 1 and is indexed by j"):
+        feinsum.match_einsum(lp.make_kernel(
+            "{[e, i, j]: 0<=e<n and 0<=i<5 and 0<=j<5}",
+            "out[e, i] = sum(j, jac[e, j]*u[e, j])",
+            [lp.GlobalArg("jac", np.float64, shape=("n", 1)),
+             lp.GlobalArg("u,out", np.float64, shape=lp.auto), ...],
+            lang_version=(2018, 2)))
