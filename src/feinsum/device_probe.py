@@ -113,6 +113,9 @@ def _write_cache(path: Path, key: str, verdict: str | None) -> None:
 
 
 def _reason(proc: subprocess.CompletedProcess[str]) -> str:
+    said = [ln.strip() for ln in proc.stdout.splitlines() if ln.strip()]
+    if proc.returncode > 0 and said:  # the child's own verdict, not a driver's warning
+        return said[-1][:200]
     lines = [ln.strip() for ln in (proc.stdout + "\n" + proc.stderr).splitlines() if ln.strip()]
     line = next((ln for ln in lines if ln.startswith("LLVM ERROR")), None) or next(
         (ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else "")
