@@ -91,7 +91,7 @@ def main() -> None:
                         help="feinsum's timing database (a path), or none: defaults only")
     args = parser.parse_args()
 
-    from feinsum.devices import device_info, get_device, get_queue
+    from feinsum.devices.opencl import device_info, get_device, get_queue
 
     dev = get_device()
     queue = get_queue(dev)

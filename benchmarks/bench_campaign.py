@@ -100,8 +100,8 @@ def main() -> None:
     from rich.table import Table
 
     from feinsum.campaigns import parse_plan
-    from feinsum.devices import device_info, get_device
-    from feinsum.roofline import run_microbenchmarks
+    from feinsum.devices.opencl import device_info, get_device
+    from feinsum.timing.roofline import run_microbenchmarks
 
     dev = get_device()
     info = device_info(dev)

@@ -45,8 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import feinsum as fs  # noqa: E402
-from feinsum.costs import contraction_flops, cost  # noqa: E402
-from feinsum.roofline import measure_roofline  # noqa: E402
+from feinsum.spec.costs import contraction_flops, cost  # noqa: E402
+from feinsum.timing.roofline import measure_roofline  # noqa: E402
 
 F64, F32 = "float64", "float32"
 #: Above this many flops the untransformed kernel is timed at smaller lengths.
@@ -117,7 +117,7 @@ def workloads(quick: bool, block: int = 8) -> dict[str, tuple[tuple[str, ...], A
 
 def canonical_inputs(spec: Any, named: dict[str, Any]) -> dict[str, Any]:
     """*named* (arrays of *spec* by their names) keyed by the canonical names."""
-    from feinsum.canonical import canonical_lengths, canonicalize, isomorphism
+    from feinsum.spec.canonical import canonical_lengths, canonicalize, isomorphism
 
     e = canonicalize(spec).with_lengths(canonical_lengths(spec))
     return {c: named[u] for c, u in isomorphism(e, spec).arrays.items()}
@@ -127,7 +127,7 @@ def blocked_inputs(plain: Any, blocked: Any, seed: int) -> tuple[dict[str, Any],
                                                                   dict[str, Any]]:
     """Canonical inputs of *plain* and of *blocked* holding the same values: the axis of
     length E of each plain array split into (E/B, B), B moved last."""
-    from feinsum.validation import random_inputs
+    from feinsum.lowering.validation import random_inputs
 
     named = random_inputs(plain, {}, seed)
     out = {}
@@ -172,7 +172,7 @@ class Runner:
                       (e.lengths[i] for i in e.out_indices))
         for r in range(e.nrows):
             self.args[f"out{r}"] = cla.empty(queue, shape, e.value_dtype(r))
-        from feinsum.validation import reference_outputs
+        from feinsum.lowering.validation import reference_outputs
 
         self.reference = reference_outputs(e, lengths, inputs)
 
@@ -181,7 +181,7 @@ class Runner:
         return lambda: (ex(self.queue, **self.args), self.queue.finish())
 
     def check(self) -> str | None:
-        from feinsum.validation import compare, reduction_length, tolerance
+        from feinsum.lowering.validation import compare, reduction_length, tolerance
 
         got = {k: self.args[k].get() for k in self.reference}
         dt = self.e.value_dtype(0)
@@ -215,7 +215,7 @@ def tuned_configs(recipes: list[Any], spec: Any, e: Any, device: Any, budget: in
 def sweep(e: Any, run: Runner, device: Any, configs: list[tuple[Any, dict[str, Any]]]
           ) -> tuple[float, tuple[Any, dict[str, Any]] | None, int]:
     """Best time and (recipe, configuration) over *configs* (invalid ones skipped)."""
-    from feinsum.lowering import generate_loopy
+    from feinsum.lowering.kernel import generate_loopy
 
     best: tuple[float, tuple[Any, dict[str, Any]] | None] = (np.inf, None)
     tried, seen = 0, set()
@@ -248,8 +248,8 @@ def untransformed(e: Any, lengths: dict[str, int], flops: float, queue: Any, see
     """One call of the reference kernel (one work-item: slow). Above ~3e8 flops it runs
     at smaller lengths (every length symbol scaled alike) and the time is scaled up by
     the flop ratio: ``untransformed ~``."""
-    from feinsum.lowering import generate_loopy
-    from feinsum.validation import random_inputs
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.lowering.validation import random_inputs
 
     small, label = dict(lengths), "untransformed"
     if flops > UNTRANSFORMED_FLOPS and lengths:
@@ -287,11 +287,11 @@ def main() -> None:
 
     import pyopencl as cl
 
-    from feinsum.canonical import canonical_lengths, canonicalize
-    from feinsum.devices import device_info, get_context, get_device
+    from feinsum.devices.opencl import device_info, get_context, get_device
+    from feinsum.lowering.validation import random_inputs
     from feinsum.recipes import get_recipe
+    from feinsum.spec.canonical import canonical_lengths, canonicalize
     from feinsum.tuning.peers import time_peers
-    from feinsum.validation import random_inputs
 
     try:
         import torch

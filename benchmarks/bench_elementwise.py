@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_einsum import Runner, sweep, sweep_configs
 
 import feinsum as fs
-from feinsum.costs import cost
-from feinsum.roofline import measure_roofline
+from feinsum.spec.costs import cost
+from feinsum.timing.roofline import measure_roofline
 
 
 def min_time(fn: Any, repeat: int = 20, budget: float = 0.5) -> float:
@@ -77,12 +77,12 @@ def main() -> None:
 
     import pyopencl as cl
 
-    from feinsum.canonical import canonical_lengths, canonicalize
-    from feinsum.devices import device_info, get_context, get_device
-    from feinsum.lowering import generate_loopy
+    from feinsum.devices.opencl import device_info, get_context, get_device
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.lowering.validation import random_inputs
     from feinsum.recipes import get_recipe
+    from feinsum.spec.canonical import canonical_lengths, canonicalize
     from feinsum.tuning.peers import time_peers
-    from feinsum.validation import random_inputs
 
     try:
         import torch

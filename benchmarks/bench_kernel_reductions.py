@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import feinsum  # noqa: E402
-from feinsum.reductions import kernel_reduction  # noqa: E402
+from feinsum.reductions.builder import kernel_reduction  # noqa: E402
 
 DT = np.float32
 SIGMA = 0.1
@@ -116,7 +116,7 @@ class Runner:
     """Runs ``feinsum.compile``d reductions (what users call) on device arrays."""
 
     def __init__(self) -> None:
-        from feinsum.devices import device_info, get_device, get_queue
+        from feinsum.devices.opencl import device_info, get_device, get_queue
 
         self.device = get_device()
         self.queue = get_queue(self.device)
@@ -270,7 +270,7 @@ def block_sparse_bench(runner: Runner, n: int, rng: np.random.Generator) -> None
     """Two clustered clouds, voxel clusters, pairs of clusters closer than a cutoff."""
     from dataclasses import replace
 
-    from feinsum import ranges as R
+    from feinsum.reductions import ranges as R
 
     s = 0.05
     print(f"\n== block-sparse Gaussian convolution: spiral and blob, {n} points each, s = {s}")

@@ -11,7 +11,7 @@ median and 95th-percentile latency (target: < 2 ms), then checks that ``best`` a
 minimum-time winner (timings are filled so that the median would often pick another
 record). Einsums are passed as
 :class:`~feinsum.database.EinsumIdentity` so the figures are the database's own cost
-(canonicalising a spec is cached per spec and measured separately by feinsum.canonical).
+(canonicalising a spec is cached per spec and measured separately by feinsum.spec.canonical).
 """
 
 from __future__ import annotations

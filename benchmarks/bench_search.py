@@ -72,7 +72,7 @@ def workload(name: str, quick: bool = False) -> Any:
 
 def pinned(recipe: Any, e: Any, info: Any, free: list[str]) -> dict[str, Any]:
     """The recipe's default for the canonical *e*, less the searched parameters."""
-    from feinsum.canonical import canonicalize
+    from feinsum.spec.canonical import canonicalize
 
     spec = canonicalize(e)
     default = recipe.default(spec, info)
@@ -85,10 +85,10 @@ def pinned(recipe: Any, e: Any, info: Any, free: list[str]) -> dict[str, Any]:
 
 def record(name: str, out: Path, quick: bool, db_path: str | None) -> Path:
     import feinsum as f
-    from feinsum.canonical import canonicalize
     from feinsum.database import open_database
-    from feinsum.devices import device_info, get_device
+    from feinsum.devices.opencl import device_info, get_device
     from feinsum.recipes import get_recipe
+    from feinsum.spec.canonical import canonicalize
     from feinsum.tuning.strategies import restrict
 
     sweep = SWEEPS[name]
@@ -224,11 +224,11 @@ def live(name: str, fraction: float, seed: int) -> None:
     """One live model-based run on the machine, its best compared with the sweep's best
     configuration re-measured in the same run."""
     import feinsum as f
-    from feinsum.canonical import canonicalize
     from feinsum.database import open_database
-    from feinsum.devices import device_info, get_device
-    from feinsum.measurement import measure
+    from feinsum.devices.opencl import device_info, get_device
     from feinsum.recipes import get_recipe
+    from feinsum.spec.canonical import canonicalize
+    from feinsum.timing.single import measure
 
     sw = Sweep(json.loads((DATA / f"sweep_{name}.json").read_text()))
     e = workload(sw.data["workload"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 import feinsum
-from feinsum.reductions import kernel_reduction
+from feinsum.reductions.builder import kernel_reduction
 
 _G = {"g": 1}
 

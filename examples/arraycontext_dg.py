@@ -44,7 +44,7 @@ def main() -> None:
     from arraycontext import PytatoPyOpenCLArrayContext
 
     from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
-    from feinsum.devices import get_device, get_queue
+    from feinsum.devices.opencl import get_device, get_queue
 
     E = args.elements
     rng = np.random.default_rng(0)

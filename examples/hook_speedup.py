@@ -24,7 +24,7 @@ import loopy as lp
 import numpy as np
 
 import feinsum
-from feinsum.devices import get_device, get_queue
+from feinsum.devices.opencl import get_device, get_queue
 from feinsum.hook.program import kernel_names
 
 NDOF, NFACE, NFACEDOF = 35, 4, 15

@@ -24,7 +24,7 @@ E = 48  # elements: small, the cases check what is matched and what is computed
 
 
 def _queue() -> Any:
-    from feinsum.devices import get_device, get_queue
+    from feinsum.devices.opencl import get_device, get_queue
 
     return get_queue(get_device())
 

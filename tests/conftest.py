@@ -9,21 +9,21 @@ import pytest
 @pytest.fixture(scope="session")
 def cl_device():  # type: ignore[no-untyped-def]
     """The default usable OpenCL device (PoCL on CPU in CI)."""
-    from feinsum.devices import get_device
+    from feinsum.devices.opencl import get_device
 
     return get_device()
 
 
 @pytest.fixture(scope="session")
 def cl_context(cl_device):  # type: ignore[no-untyped-def]
-    from feinsum.devices import get_context
+    from feinsum.devices.opencl import get_context
 
     return get_context(cl_device)
 
 
 @pytest.fixture
 def cl_queue(cl_device):  # type: ignore[no-untyped-def]
-    from feinsum.devices import get_queue
+    from feinsum.devices.opencl import get_queue
 
     return get_queue(cl_device)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 
 def make_device(**overrides: Any) -> Any:
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
 
     fields: dict[str, Any] = {
         "platform_name": "Portable Computing Language",

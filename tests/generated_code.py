@@ -48,10 +48,10 @@ def fingerprints() -> dict[str, str]:
     import numpy as np
 
     import feinsum
-    from feinsum.devices import DeviceInfo
-    from feinsum.fingerprint import code_fingerprint
-    from feinsum.lowering import generate_loopy
-    from feinsum.serialize import spec_from_json
+    from feinsum.devices.opencl import DeviceInfo
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.spec.serialize import spec_from_json
+    from feinsum.timing.fingerprint import code_fingerprint
 
     device, specs = _shipped()
     info = DeviceInfo.from_dict(device)
@@ -83,7 +83,7 @@ def fingerprints_under_code_seed() -> dict[str, str]:
     import subprocess
     import tempfile
 
-    from feinsum.isolation import CODE_HASH_SEED
+    from feinsum.timing.isolation import CODE_HASH_SEED
 
     if os.environ.get("PYTHONHASHSEED") == CODE_HASH_SEED:
         return fingerprints()

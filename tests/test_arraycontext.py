@@ -82,11 +82,11 @@ def test_eager_context_two_sizes(cases: Any) -> None:
 def test_device_without_vector_code(cases: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A device whose probe found it cannot build vector code gets scalar code only, with
     the same results (PyPI's PoCL 3.0 aborts on double8 fma on Zen 4)."""
-    import feinsum.devices
+    import feinsum.devices.opencl
     from feinsum.hook import clear_cache
 
     why = "the driver killed the probe process building double8 kernels (simulated)"
-    monkeypatch.setattr(feinsum.devices, "vector_problem", lambda dev: why)
+    monkeypatch.setattr(feinsum.devices.opencl, "vector_problem", lambda dev: why)
     clear_cache()
     try:
         facts = cases.run_lazy("dg_step")
@@ -100,11 +100,11 @@ def test_scalar_only_compile(monkeypatch: pytest.MonkeyPatch) -> None:
     """feinsum.compile on a device without vector code: scalar configurations only, and a
     clear error when the caller forces a vector one."""
     import feinsum
-    import feinsum.devices
+    import feinsum.devices.opencl
     from feinsum.errors import RecipeFailure
 
     why = "vector fma aborts the process (simulated)"
-    monkeypatch.setattr(feinsum.devices, "vector_problem", lambda dev: why)
+    monkeypatch.setattr(feinsum.devices.opencl, "vector_problem", lambda dev: why)
     D = feinsum.array("D", (35, 35))
     u = feinsum.array("u", ("E", 35))
     spec = feinsum.einsum("ij,ej->ei", D, u)

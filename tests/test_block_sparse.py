@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import feinsum
-from feinsum import ranges as R
-from feinsum.block_sparse import evaluate_block_sparse
-from feinsum.reductions import kernel_reduction
+from feinsum.reductions import ranges as R
+from feinsum.reductions.block_sparse import evaluate_block_sparse
+from feinsum.reductions.builder import kernel_reduction
 
 KINDS = ["sum", "min", "max", "argmin", "argmax", "logsumexp"]
 
@@ -133,7 +133,7 @@ def test_reference_kernel(kind, dtype, cl_context, cl_queue, rng):  # type: igno
 def recipe_executor(kind: str, dtype: str, V: int, U: int, ctx):  # type: ignore[no-untyped-def]
     import loopy as lp
 
-    from feinsum.devices import device_info
+    from feinsum.devices.opencl import device_info
     from feinsum.recipes import load_recipe_file
 
     r = load_recipe_file(Path(__file__).resolve().parents[1] / "transforms" / "block_sparse.py")
@@ -167,7 +167,7 @@ def test_block_sparse_recipe(kind, dtype, cl_context, cl_queue, rng):  # type: i
 
 
 def test_launch_table_covers_every_row_once():  # type: ignore[no-untyped-def]
-    from feinsum.block_sparse import launch_table
+    from feinsum.reductions.ranges import launch_table
 
     ranges_i = np.array([[3, 10], [10, 11], [15, 40], [40, 40]])
     t = launch_table(ranges_i, np.array([1, 1, 3, 3]), 45, 8)

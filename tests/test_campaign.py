@@ -45,7 +45,7 @@ def _device_selection() -> str:
     """``FEINSUM_DEVICES`` naming the default device by its indices."""
     import pyopencl as cl
 
-    from feinsum.devices import get_device
+    from feinsum.devices.opencl import get_device
 
     dev = get_device()
     for p, platform in enumerate(cl.get_platforms()):
@@ -128,8 +128,8 @@ def client(scheduler: str, workers: list[Any]) -> Iterator[Any]:
 
 def _seed_roofline(db: Any) -> Any:
     """A made-up roofline for the device (the microbenchmarks take longer than the jobs)."""
-    from feinsum.devices import device_info, get_device
-    from feinsum.roofline import Roofline
+    from feinsum.devices.opencl import device_info, get_device
+    from feinsum.timing.roofline import Roofline
 
     info = device_info(get_device())
     db.set_roofline(info, Roofline(info.key, 1e10, 1e10, {"float32": 1e11, "float64": 5e10},
@@ -143,7 +143,7 @@ def _check_records(db: Any, result: Any, info: Any) -> None:
     import sqlalchemy as sa
 
     from feinsum.campaigns import parse_plan
-    from feinsum.measurement import Target
+    from feinsum.timing.measurement import Target
 
     assert [j.status for j in result.jobs] == ["ok"] * 4, [j.message for j in result.jobs]
     plan = parse_plan(PLAN)

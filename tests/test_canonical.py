@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import feinsum as fe
-from feinsum.canonical import (
+from feinsum.spec.canonical import (
     _canon_cached,
     canonical_key,
     canonical_lengths,
@@ -79,7 +79,7 @@ def test_keys_stable_across_processes_and_hash_seeds() -> None:
     code = (
         "import sys; sys.path.insert(0, 'tests'); import feinsum as fe\n"
         "from test_canonical import face_mass, gaussian, A, B\n"
-        "from feinsum.canonical import canonical_key, structure_key\n"
+        "from feinsum.spec.canonical import canonical_key, structure_key\n"
         f"print([(canonical_key(e), structure_key(e)) for e in {specs}])\n"
     )
     expected = str([(canonical_key(e), structure_key(e)) for e in eval(specs)])

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import feinsum as fe
-from feinsum.canonical import canonical_key, canonical_text, isomorphism, structure_key
 from feinsum.errors import SpecificationError
-from feinsum.serialize import expression_text
+from feinsum.spec.canonical import canonical_key, canonical_text, isomorphism, structure_key
+from feinsum.spec.serialize import expression_text
 
 SEED = 20261122
 N_INVARIANCE = 520

@@ -35,7 +35,7 @@ def as_json(p: subprocess.CompletedProcess[str]) -> Any:
 
 
 def _device() -> Any:
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
 
     return DeviceInfo(
         platform_name="Test Platform", platform_version="OpenCL 3.0 test", vendor="TestVendor",
@@ -52,8 +52,8 @@ def filled_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     record and a roofline, on a made-up device (no OpenCL needed to read it)."""
     import feinsum
     from feinsum.database import NewMeasurement, open_database
-    from feinsum.measurement import UNTRANSFORMED, untransformed_version
     from feinsum.recipes import get_recipe
+    from feinsum.timing.measurement import UNTRANSFORMED, untransformed_version
 
     path = tmp_path_factory.mktemp("cli") / "filled.sqlite"
     dev = _device()
@@ -401,10 +401,10 @@ def test_exit_codes_of_every_command(filled_db: Path, tmp_path: Path,
 
 
 def test_devices_without_a_usable_one_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
-    import feinsum.devices
+    import feinsum.devices.opencl
 
-    real = feinsum.devices.all_devices
-    monkeypatch.setattr(feinsum.devices, "all_devices",
+    real = feinsum.devices.opencl.all_devices
+    monkeypatch.setattr(feinsum.devices.opencl, "all_devices",
                         lambda: [(d, "cannot build kernels") for d, _ in real()])
     assert _code("devices", "--db", ":memory:") == 1
 

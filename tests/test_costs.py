@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import feinsum as fs
-from feinsum.costs import Cost, contraction_flops, cost
-from feinsum.lowering import generate_loopy
+from feinsum.lowering.kernel import generate_loopy
+from feinsum.spec.costs import Cost, contraction_flops, cost
 
 
 def loopy_ops(e: fs.BatchedEinsum, dtype: Any) -> dict[str, int]:
@@ -134,8 +134,8 @@ def test_contraction_flops_of_the_dg_family() -> None:
 
 def test_the_autotuner_rates_the_cheapest_contraction_order() -> None:
     """The tune table's GFLOP/s (its target's flops) and the records' are the same count."""
-    from feinsum.costs import roofline_work
-    from feinsum.measurement import Target
+    from feinsum.spec.costs import roofline_work
+    from feinsum.timing.measurement import Target
 
     f8 = np.float64
     div = fs.einsum("xre,rij,xej->ei", fs.array("J", (3, 3, "E"), f8),

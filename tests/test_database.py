@@ -417,7 +417,7 @@ def test_server_database_shared_with_other_tables(pg_schema_url: str) -> None:
 
 
 def test_real_einsums(db: Database) -> None:
-    """Keys from feinsum.canonical: one record serves every long length (nearest rung)."""
+    """Keys from feinsum.spec.canonical: one record serves every long length (nearest rung)."""
     e = feinsum.einsum("ij,ej->ei", feinsum.array("A", (35, 35)),
                        feinsum.array("u", (50000, 35)))
     e2 = e.with_lengths({"E": 10000}) if "E" in e.lengths.values() else feinsum.einsum(

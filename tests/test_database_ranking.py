@@ -263,9 +263,9 @@ def test_tuner_and_feinsum_best_agree(tmp_path: Path, cl_device: Any,
     import feinsum as f
     from feinsum.cli import main
     from feinsum.database import NewMeasurement
-    from feinsum.devices import device_info
+    from feinsum.devices.opencl import device_info
     from feinsum.recipes import get_recipe
-    from feinsum.roofline import Roofline
+    from feinsum.timing.roofline import Roofline
     from feinsum.tuning import autotune
 
     recipes = Path(__file__).parent / "recipes_for_tests"

@@ -74,7 +74,7 @@ def test_the_hook_and_its_mixin_take_a_path(tmp_path: Path) -> None:
     path = tmp_path / "hook.sqlite"
     e, dev, params = _one_record(path)
     t_unit = e.with_lengths({"E": 1000})
-    from feinsum.lowering import generate_loopy
+    from feinsum.lowering.kernel import generate_loopy
 
     program = generate_loopy(t_unit)
     for db in (str(path), f"sqlite:///{path}"):
@@ -118,10 +118,10 @@ def test_autotune_takes_a_path_and_records_what_revalidation_recomputes(
 def test_the_hook_revalidates_a_record_of_an_older_version(tmp_path: Path) -> None:
     """A record timed with an older recipe version replays when its code is unchanged
     (and moves to the current version); with changed code it is retired."""
-    from feinsum.fingerprint import code_fingerprint
     from feinsum.hook import transform_program
-    from feinsum.lowering import generate_loopy
+    from feinsum.lowering.kernel import generate_loopy
     from feinsum.recipes import get_recipe
+    from feinsum.timing.fingerprint import code_fingerprint
 
     e = local_operator().with_lengths({"E": 1000})
     spec, dev = f.canonicalize(e), make_device()

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from feinsum import device_probe
-from feinsum.devices import get_device
+from feinsum.devices import probe as device_probe
+from feinsum.devices.opencl import get_device
 
 
 def _indices(device: Any) -> tuple[int, int]:

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import feinsum
-from feinsum import direct
-from feinsum.direct_inputs import RANGE_NAMES
-from feinsum.reductions import kernel_reduction
-from feinsum.reference import evaluate
+from feinsum.direct import executor as direct
+from feinsum.direct.inputs import RANGE_NAMES
+from feinsum.lowering.reference import evaluate
+from feinsum.reductions.builder import kernel_reduction
 
 fcompile = direct.compile
 
@@ -137,7 +137,7 @@ def test_pyopencl_arrays_in_and_out(cl_device: Any, cl_queue: Any,
 
 def _clustered(rng: np.random.Generator, n: int, cutoff: float, dtype: Any = np.int64
                ) -> tuple[dict[str, Any], Any]:
-    from feinsum import ranges as R
+    from feinsum.reductions import ranges as R
 
     x = rng.random((n, 3)).astype(F32)
     y = (rng.random((n + 7, 3)) * 1.2).astype(F32)
@@ -250,7 +250,7 @@ def test_given_recipe_and_zero_length(cl_device: Any, rng: np.random.Generator) 
 def test_replays_the_database_record(cl_device: Any, tmp_path: Path,
                                      rng: np.random.Generator) -> None:
     from feinsum.database import NewMeasurement, open_database
-    from feinsum.devices import device_info
+    from feinsum.devices.opencl import device_info
     from feinsum.recipes import get_recipe
 
     e = gauss()

@@ -10,7 +10,7 @@ import pytest
 from database_support import make_device
 
 import feinsum as f
-from feinsum.fingerprint import (
+from feinsum.timing.fingerprint import (
     GeneratedCode,
     code_fingerprint,
     generated_code,
@@ -89,7 +89,7 @@ def test_fingerprint_fields() -> None:
 
 
 def _split_kernel(wg: int, name: str = "einsum") -> Any:
-    from feinsum.lowering import generate_loopy
+    from feinsum.lowering.kernel import generate_loopy
 
     e = f.einsum("ij,ej->ei", f.array("D", (8, 8), np.float64),
                  f.array("u", ("E", 8), np.float64))

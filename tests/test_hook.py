@@ -216,8 +216,8 @@ def test_preference_order() -> None:
 def _record(db: Any, device: Any, e: Any, recipe: str, params: dict[str, Any],
             seconds: float) -> None:
     from feinsum.database import NewMeasurement
-    from feinsum.measurement import UNTRANSFORMED, untransformed_version
     from feinsum.recipes import get_recipe
+    from feinsum.timing.measurement import UNTRANSFORMED, untransformed_version
 
     version = (untransformed_version() if recipe == UNTRANSFORMED
                else get_recipe(recipe).version)
@@ -231,7 +231,7 @@ def test_replays_the_record(cl_device: Any, tmp_path: Path) -> None:
 
     import feinsum
     from feinsum.database import open_database
-    from feinsum.devices import device_info
+    from feinsum.devices.opencl import device_info
     from feinsum.hook import transform_program
     from feinsum.recipes import get_recipe
 
@@ -272,7 +272,7 @@ def test_repeated_call_is_cheap_and_new_records_are_seen(cl_device: Any,
                                                           tmp_path: Path) -> None:
     import feinsum
     from feinsum.database import open_database
-    from feinsum.devices import device_info
+    from feinsum.devices.opencl import device_info
     from feinsum.hook import transform_program
     from feinsum.recipes import get_recipe
 
@@ -375,7 +375,7 @@ WORKER = textwrap.dedent('''
     import numpy as np, loopy as lp
     import feinsum, feinsum.tuning
     from feinsum.database import NewMeasurement
-    from feinsum.devices import device_info, get_device
+    from feinsum.devices.opencl import device_info, get_device
     from feinsum.hook import transform_program
     from feinsum.recipes import get_recipe
 
@@ -456,7 +456,7 @@ def test_on_miss_tune_records_the_kernel_and_statement(tmp_path: Path, cl_device
     from feinsum.cli.dbread import einsum_origin_of
     from feinsum.database import NewMeasurement, open_database
     from feinsum.database.origins import einsum_label, lengths_label
-    from feinsum.devices import device_info
+    from feinsum.devices.opencl import device_info
     from feinsum.hook import transform_program
     from feinsum.recipes import get_recipe
 
@@ -510,7 +510,7 @@ def test_arrays_with_offsets_in_vector_stores(cl_device: Any, cl_queue: Any) -> 
     C statements add the offset too."""
     import pyopencl.array as cla
 
-    from feinsum.devices import has_vector_code
+    from feinsum.devices.opencl import has_vector_code
     from feinsum.hook import transform_program
 
     E = 300

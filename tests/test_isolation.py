@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import feinsum as f
-from feinsum.isolation import WorkerPool
-from feinsum.measurement import Candidate, MeasureOptions, Target
 from feinsum.recipes import load_recipe_file
+from feinsum.timing.isolation import WorkerPool
+from feinsum.timing.measurement import Candidate, MeasureOptions, Target
 
 PLANTED = Path(__file__).parent / "recipes_for_tests" / "planted.py"
 
@@ -25,7 +25,7 @@ def target() -> Target:
 
 @pytest.fixture(scope="module")
 def pool(cl_device):  # type: ignore[no-untyped-def]
-    from feinsum.devices import device_info
+    from feinsum.devices.opencl import device_info
 
     with WorkerPool(device_info(cl_device), size=2) as p:
         yield p
@@ -104,8 +104,8 @@ def test_workers_die_with_the_process_that_started_them(cl_device, tmp_path):  #
     script = tmp_path / "owner.py"
     script.write_text(
         "import os, signal, sys, time\n"
-        "from feinsum.devices import device_info, get_device\n"
-        "from feinsum.isolation import WorkerPool\n"
+        "from feinsum.devices.opencl import device_info, get_device\n"
+        "from feinsum.timing.isolation import WorkerPool\n"
         "pool = WorkerPool(device_info(get_device()), size=2)\n"
         "while any(w.state == 'starting' for w in pool._workers):\n"
         "    pool._receive(pool._workers[0], []); pool._receive(pool._workers[1], [])\n"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import feinsum
-from feinsum.reductions import kernel_reduction
+from feinsum.reductions.builder import kernel_reduction
 
 TRANSFORMS = Path(__file__).resolve().parents[1] / "transforms"
 SIZES = [(1, 1), (1, 37), (37, 1), (53, 71), (16, 16), (129, 45)]
@@ -61,7 +61,7 @@ def make_arrays(e, m: int, n: int, rng):  # type: ignore[no-untyped-def]
 def executor(name: str, params: tuple, kind: str, dtype: str, ctx):  # type: ignore[no-untyped-def]
     import loopy as lp
 
-    from feinsum.devices import device_info
+    from feinsum.devices.opencl import device_info
 
     e = make_spec(kind, np.dtype(dtype))
     r = recipe(name)
@@ -116,7 +116,7 @@ def test_recipes_on_canonical_spec(name, params, kind, cl_context, cl_queue, rng
     """Recipes receive the canonical spec (indices i0.., arrays a0.., lengths n0..)."""
     import loopy as lp
 
-    from feinsum.devices import device_info
+    from feinsum.devices.opencl import device_info
 
     e = make_spec(kind, np.dtype(np.float32))
     ec = feinsum.canonicalize(e)

@@ -6,7 +6,7 @@ import sys
 
 def test_scheduler_never_prompts() -> None:
     code = (
-        "import feinsum.lowering\n"
+        "import feinsum.lowering.kernel\n"
         "from loopy.schedule import ScheduleDebugger\n"
         "assert ScheduleDebugger().interactive is False\n"
     )

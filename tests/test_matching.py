@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 import feinsum
-from feinsum.spec import LONG_THRESHOLD
+from feinsum.spec.model import LONG_THRESHOLD
 
 lp = pytest.importorskip("loopy")
 from loopy_kernels import F32, F64, g, knl  # noqa: E402
 
-import feinsum.loopy_ops  # noqa: E402
+import feinsum.lowering.loopy_ops  # noqa: E402
 
 
 def face_mass(nrows: int, fixed_e: int | None = None):

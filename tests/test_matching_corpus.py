@@ -30,7 +30,7 @@ import feinsum
 lp = pytest.importorskip("loopy")
 from loopy_kernels import F32, F64, g, knl  # noqa: E402
 
-import feinsum.loopy_ops  # noqa: E402  (teaches loopy's parser logsumexp and feinsum_max)
+import feinsum.lowering.loopy_ops  # noqa: E402  (teaches loopy's parser logsumexp and feinsum_max)
 
 
 def arr(name, shape, dtype=F64, order="C"):

@@ -215,7 +215,7 @@ def test_hook_keeps_what_kernels_compute(knl: Any, seed: int) -> None:
     are exact, the einsums equal up to reassociation."""
     import loopy as lp
 
-    from feinsum.devices import get_device, get_queue
+    from feinsum.devices.opencl import get_device, get_queue
     from feinsum.hook import transform_program
     from feinsum.matching import prepare_kernel
 

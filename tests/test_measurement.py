@@ -9,8 +9,9 @@ import pytest
 
 import feinsum as f
 from feinsum.database import open_database
-from feinsum.measurement import MeasureOptions, TimingStats, measure
-from feinsum.validation import compare, small_lengths, tolerance
+from feinsum.lowering.validation import compare, small_lengths, tolerance
+from feinsum.timing.measurement import MeasureOptions, TimingStats
+from feinsum.timing.single import measure
 
 
 def local_operator(dtype=np.float64):  # type: ignore[no-untyped-def]
@@ -127,7 +128,7 @@ def test_validation_at_full_lengths():
 
 
 def test_roofline_microbenchmarks_and_reuse(monkeypatch, tmp_path):
-    from feinsum import roofline as rl
+    from feinsum.measure import roofline as rl
 
     real = rl.run_microbenchmarks
     calls = []
@@ -154,7 +155,7 @@ def test_roofline_microbenchmarks_and_reuse(monkeypatch, tmp_path):
     assert math.isclose(r1.fraction("float32", 1e12, 1.0, 1e12 / r1.peak_flops["float32"]),
                         1.0)
     # a roofline stored by older microbenchmarks is measured again (and replaced)
-    from feinsum.devices import device_info, get_device
+    from feinsum.devices.opencl import device_info, get_device
 
     info = device_info(get_device())
     with open_database(path, include_shipped=False) as db:
@@ -168,8 +169,8 @@ def test_roofline_microbenchmarks_and_reuse(monkeypatch, tmp_path):
 def test_fma_variants_follow_the_native_vector_width() -> None:
     from dataclasses import replace
 
-    from feinsum.devices import DeviceInfo
-    from feinsum.roofline import _fma_variants
+    from feinsum.devices.opencl import DeviceInfo
+    from feinsum.timing.roofline import _fma_variants
 
     avx2 = DeviceInfo(
         platform_name="p", platform_version="v", vendor="x", name="cpu", driver_version="1",

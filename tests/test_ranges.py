@@ -1,4 +1,4 @@
-"""feinsum.ranges against brute-force constructions."""
+"""feinsum.reductions.ranges against brute-force constructions."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from feinsum import ranges as R
+from feinsum.reductions import ranges as R
 
 
 def brute_from_matrix(ranges_i, ranges_j, keep):  # type: ignore[no-untyped-def]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import feinsum as fs
-from feinsum.canonical import canonicalize
 from feinsum.errors import InvalidConfigurationError
+from feinsum.spec.canonical import canonicalize
 
 TRANSFORMS = Path(__file__).resolve().parents[1] / "transforms"
 
@@ -67,7 +67,7 @@ def test_applies_to_two_operand_contractions(cl_device):  # type: ignore[no-unty
 
 
 def test_constraint_violations_are_rejected(cl_device):  # type: ignore[no-untyped-def]
-    from feinsum.lowering import generate_loopy
+    from feinsum.lowering.kernel import generate_loopy
 
     r = recipe()
     e = canonicalize(contraction_specs("float32")[0])
@@ -88,7 +88,7 @@ def test_constraint_violations_are_rejected(cl_device):  # type: ignore[no-untyp
 def test_vector_scheme_loads_whole_vectors_where_contiguous(order, cl_queue):  # type: ignore[no-untyped-def]
     import loopy as lp
 
-    from feinsum.lowering import generate_loopy
+    from feinsum.lowering.kernel import generate_loopy
     from feinsum.recipes.recipe import as_device_info
     from feinsum.recipes.testing import check_configuration
 

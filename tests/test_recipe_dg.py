@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import feinsum as fs
-from feinsum.canonical import canonicalize
 from feinsum.errors import InvalidConfigurationError
+from feinsum.spec.canonical import canonicalize
 
 TRANSFORMS = Path(__file__).resolve().parents[1] / "transforms"
 
@@ -71,7 +71,7 @@ def test_applies_to_the_family_only(cl_device):  # type: ignore[no-untyped-def]
 
 
 def test_default_picks_the_cheapest_plan(cl_device):  # type: ignore[no-untyped-def]
-    from feinsum import toolbox_dense as td
+    from feinsum.toolbox import dense as td
 
     e = canonicalize(dg_specs("float64")[0])
     cfg = recipe().default(e, cl_device)
@@ -81,7 +81,7 @@ def test_default_picks_the_cheapest_plan(cl_device):  # type: ignore[no-untyped-
 
 
 def test_constraint_violations_are_rejected(cl_device):  # type: ignore[no-untyped-def]
-    from feinsum.lowering import generate_loopy
+    from feinsum.lowering.kernel import generate_loopy
 
     r = recipe()
     e = canonicalize(dg_specs("float64")[0])

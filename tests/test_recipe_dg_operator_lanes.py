@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import feinsum as fs
-from feinsum.canonical import canonicalize
 from feinsum.errors import InvalidConfigurationError
-from feinsum.recipes.parameters import Constraint
+from feinsum.spec.canonical import canonicalize
+from feinsum.toolbox.parameters import Constraint
 
 TRANSFORMS = Path(__file__).resolve().parents[1] / "transforms"
 
@@ -79,7 +79,7 @@ def test_default_and_vector_code(cl_device):  # type: ignore[no-untyped-def]
     plain data keeps elements as lanes."""
     import loopy as lp
 
-    from feinsum.lowering import generate_loopy
+    from feinsum.lowering.kernel import generate_loopy
 
     r = recipe()
     e = canonicalize(blocked_specs("float64", 8)[1])
@@ -133,7 +133,7 @@ def test_work_group_private_memory_is_bounded_on_cpus(cl_device):  # type: ignor
                                a("D", (3, 35, 35)), a("u", (3, "NB", 35, 8))))
     cfg = {**r.default(e, cl_device), "lanes": "elements", "last": 2, "vec": 4, "acc1": 16,
            "acc2": 1, "work_items": 256, "unroll": 16}
-    from feinsum.devices import device_info
+    from feinsum.devices.opencl import device_info
 
     if not device_info(cl_device).is_cpu:
         pytest.skip("a CPU (PoCL) limit")

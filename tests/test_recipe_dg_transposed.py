@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import feinsum as fs
-from feinsum.canonical import canonicalize
 from feinsum.errors import InvalidConfigurationError
+from feinsum.spec.canonical import canonicalize
 
 TRANSFORMS = Path(__file__).resolve().parents[1] / "transforms"
 
@@ -72,8 +72,8 @@ def test_applies_to_plain_layouts_only(cl_device):  # type: ignore[no-untyped-de
 
 
 def test_plans_with_two_factors_along_the_lanes_are_not_offered(cl_device):  # type: ignore[no-untyped-def]
-    from feinsum import toolbox_dense as td
-    from feinsum import toolbox_transposed as tt
+    from feinsum.toolbox import dense as td
+    from feinsum.toolbox import transposed as tt
 
     e = canonicalize(specs("float64")[0])
     offered = recipe().space(e, cl_device).params["last"].values()
@@ -87,7 +87,7 @@ def test_plans_with_two_factors_along_the_lanes_are_not_offered(cl_device):  # t
 def test_default_is_valid_and_writes_whole_vectors(cl_device):  # type: ignore[no-untyped-def]
     import loopy as lp
 
-    from feinsum.lowering import generate_loopy
+    from feinsum.lowering.kernel import generate_loopy
 
     r = recipe()
     for s in specs("float64"):

@@ -69,9 +69,9 @@ def test_generic_random_configurations(cl_queue) -> None:  # type: ignore[no-unt
 
 def test_generic_vector_configurations(cl_queue) -> None:  # type: ignore[no-untyped-def]
     """20 random valid configurations with vec > 1, round-robin over the sum specs."""
-    from feinsum.canonical import canonicalize
     from feinsum.recipes.recipe import as_device_info
     from feinsum.recipes.testing import Case, sample_lengths
+    from feinsum.spec.canonical import canonicalize
 
     r, rng = get_recipe("generic"), np.random.default_rng(7)
     device = as_device_info(cl_queue.device)
@@ -89,7 +89,7 @@ def test_generic_vector_configurations(cl_queue) -> None:  # type: ignore[no-unt
 
 def test_generic_staging(cl_queue) -> None:  # type: ignore[no-untyped-def]
     """Random sampling rarely stages; check local and private staging explicitly."""
-    from feinsum.canonical import canonicalize
+    from feinsum.spec.canonical import canonicalize
 
     r = get_recipe("generic")
     gemm, dg = (canonicalize(s) for s in generic_specs()[:2])
@@ -108,10 +108,10 @@ def test_generic_staging(cl_queue) -> None:  # type: ignore[no-untyped-def]
 
 def test_toolbox_stage_array(cl_queue) -> None:  # type: ignore[no-untyped-def]
     """add_prefetch of a global array into local memory, as a recipe would compose it."""
-    from feinsum import toolbox as tb
-    from feinsum.canonical import canonicalize
-    from feinsum.lowering import generate_loopy
+    from feinsum.lowering.kernel import generate_loopy
     from feinsum.recipes.testing import run_kernel
+    from feinsum.spec.canonical import canonicalize
+    from feinsum.toolbox import core as tb
 
     e = canonicalize(generic_specs()[0])
     x, (r,) = e.out_indices[-1], e.reduction_indices
@@ -134,7 +134,7 @@ def test_elementwise_random_configurations(cl_queue) -> None:  # type: ignore[no
 
 
 def test_applies(cl_device) -> None:  # type: ignore[no-untyped-def]
-    from feinsum.canonical import canonicalize
+    from feinsum.spec.canonical import canonicalize
 
     ew, gen = get_recipe("elementwise"), get_recipe("generic")
     red = canonicalize(generic_specs()[0])
@@ -145,7 +145,7 @@ def test_applies(cl_device) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_constraint_violations_are_named(cl_device) -> None:  # type: ignore[no-untyped-def]
-    from feinsum.canonical import canonicalize
+    from feinsum.spec.canonical import canonicalize
 
     r = get_recipe("generic")
     e = canonicalize(generic_specs()[0])
@@ -170,7 +170,7 @@ def test_constraint_violations_are_named(cl_device) -> None:  # type: ignore[no-
 
 
 def test_vector_constraints_are_named(cl_device) -> None:  # type: ignore[no-untyped-def]
-    from feinsum.canonical import canonicalize
+    from feinsum.spec.canonical import canonicalize
 
     r = get_recipe("generic")
     for spec, why in ((generic_specs()[3], "min reductions use scalar helper"),

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import feinsum
-from feinsum.reductions import kernel_reduction
+from feinsum.reductions.builder import kernel_reduction
 
 
 def pts(rng, m, d, dtype=np.float64):  # type: ignore[no-untyped-def]

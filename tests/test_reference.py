@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import feinsum as fs
-from feinsum.reference import evaluate
+from feinsum.lowering.reference import evaluate
 
 
 def gaussian(n: int | str = "N", m: int | str = "M", reduction: str = "sum") -> fs.BatchedEinsum:

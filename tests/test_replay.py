@@ -17,7 +17,7 @@ import feinsum
 lp = pytest.importorskip("loopy")
 from loopy_kernels import F32, F64, g, knl  # noqa: E402
 
-import feinsum.loopy_ops  # noqa: E402
+import feinsum.lowering.loopy_ops  # noqa: E402
 
 
 class SplitRecipe:

@@ -60,7 +60,7 @@ def user_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     records at E=50000, the untransformed kernel, two peers and a roofline; and an older
     record at E=100000."""
     from feinsum.database import NewMeasurement, einsum_origin, open_database
-    from feinsum.measurement import UNTRANSFORMED
+    from feinsum.timing.measurement import UNTRANSFORMED
 
     path = tmp_path_factory.mktemp("report") / "user.sqlite"
     dev, e = _device(), _divergence()
@@ -105,7 +105,7 @@ def test_shipped_records_stay_under_the_roof_with_user_labels(shipped: None,
     from feinsum.cli.report_data import collect
     from feinsum.database import open_database
     from feinsum.database.rates import record_work
-    from feinsum.roofline import Roofline
+    from feinsum.timing.roofline import Roofline
 
     with open_database(tmp_path / "empty.sqlite") as db:
         assert db.shipped_store is not None

@@ -97,8 +97,8 @@ def einsum_at() -> Any:
 
 def fingerprint(recipe: Any, params: dict[str, int]) -> str:
     """The fingerprint a tuning run records (it generates the same code on a device)."""
-    from feinsum.fingerprint import code_fingerprint
-    from feinsum.lowering import generate_loopy
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.timing.fingerprint import code_fingerprint
 
     spec = f.canonicalize(einsum_at())
     return code_fingerprint(recipe.apply(generate_loopy(spec), params, spec, make_device()),
@@ -184,7 +184,7 @@ def test_changed_code_retires_records_and_keeps_them(db: Database, recipes_dir: 
 
 def test_a_new_loopy_is_checked_even_at_the_same_recipe_version(
         db: Database, recipes_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import feinsum.fingerprint as fpm
+    import feinsum.timing.fingerprint as fpm
 
     recipe = write_recipe(recipes_dir, RECIPE)
     fill(db, recipe)

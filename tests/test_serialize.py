@@ -11,8 +11,8 @@ import pymbolic.primitives as prim
 import pytest
 
 import feinsum as fe
-from feinsum.canonical import canonical_key, canonicalize
-from feinsum.serialize import expression_text, spec_from_json, spec_to_json
+from feinsum.spec.canonical import canonical_key, canonicalize
+from feinsum.spec.serialize import expression_text, spec_from_json, spec_to_json
 
 
 def gaussian(**kw: Any) -> fe.BatchedEinsum:

@@ -12,7 +12,7 @@ import pytest
 
 from feinsum.database import FORMAT_VERSION
 from feinsum.database.records import FINGERPRINT_ORIGINS
-from feinsum.fingerprint import is_comparable
+from feinsum.timing.fingerprint import is_comparable
 
 SHIPPED = sorted((Path(__file__).parents[1] / "db").glob("*.jsonl"))
 

@@ -1,4 +1,4 @@
-"""The specification model (feinsum.spec) and formula operands (feinsum.formulas):
+"""The specification model (feinsum.spec.model) and formula operands (feinsum.spec.formulas):
 builders, implicit output, the interleaved form, derived properties, and every error path,
 each checked for the message a user reads."""
 
@@ -12,7 +12,7 @@ import pymbolic.primitives as prim
 import pytest
 
 import feinsum
-from feinsum import formulas
+from feinsum.spec import formulas
 from feinsum.errors import (
     DTypeError,
     FeinsumError,

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 import feinsum
-from feinsum import toolbox as tb
-from feinsum import toolbox_vec as tv
-from feinsum.canonical import canonicalize
-from feinsum.lowering import generate_loopy
+from feinsum.lowering.kernel import generate_loopy
 from feinsum.recipes.testing import run_kernel
+from feinsum.spec.canonical import canonicalize
+from feinsum.toolbox import core as tb
+from feinsum.toolbox import vec as tv
 
 
 def _gemv(dtype=np.float32, reduction="sum"):  # type: ignore[no-untyped-def]

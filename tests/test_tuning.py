@@ -120,7 +120,7 @@ def test_restrict_pins_parameters_and_keeps_constraints():
 
 
 def test_arms_try_every_recipe_then_favour_the_fastest():
-    from feinsum.measurement import Measurement, TimingStats
+    from feinsum.timing.measurement import Measurement, TimingStats
 
     def arm(name: str, seconds: float | None, n: int) -> _Arm:
         a = _Arm(recipe=type("R", (), {"name": name})(), space=space(), strategy=None,
@@ -149,8 +149,8 @@ def test_arms_try_every_recipe_then_favour_the_fastest():
 def db(tmp_path, cl_device):  # type: ignore[no-untyped-def]
     """An empty database holding a roofline for the device (no microbenchmarks in tests)."""
     from feinsum.database import open_database
-    from feinsum.devices import device_info
-    from feinsum.roofline import Roofline
+    from feinsum.devices.opencl import device_info
+    from feinsum.timing.roofline import Roofline
 
     d = open_database(tmp_path / "t.sqlite", include_shipped=False)
     info = device_info(cl_device)

@@ -2,7 +2,7 @@
 
 Only for specs with a :class:`~feinsum.BlockSparse` restriction. The host cuts every
 output range (``ranges_i``) into blocks of ``U*V`` rows, plus blocks over the rows no
-range covers (:func:`feinsum.block_sparse.launch_table`, computed by ``prepare`` from
+range covers (:func:`feinsum.reductions.ranges.launch_table`, computed by ``prepare`` from
 the ranges: extra inputs ``launch`` ``(nblocks, 3)`` and ``nblocks``). A work-item per
 block packs its rows' i-variables into OpenCL vectors, as ``kernel_vec_cpu`` does, and
 walks the reduction ranges of its cluster (``redranges_j[slices_i[k-1]:slices_i[k]]``)
@@ -17,9 +17,9 @@ from typing import Any
 import loopy as lp
 import numpy as np
 
-from feinsum import kernel_analysis as ka
-from feinsum import kernel_templates as kt
 from feinsum.recipes import Boolean, Choice, Constraint, IntRange, ParameterSpace, Recipe
+from feinsum.reductions import analysis as ka
+from feinsum.reductions import templates as kt
 
 
 def _applies(e: Any, device: Any) -> str | None:
@@ -47,7 +47,7 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
 
 
 def _prepare(e: Any, arrays: Any, params: dict[str, Any]) -> dict[str, Any]:
-    from feinsum.block_sparse import launch_table
+    from feinsum.reductions.ranges import launch_table
 
     a = kt.template_form(e, block_sparse=True).i_arrays[0]
     m = int(np.shape(arrays[a.name])[ka.long_axis(a)])

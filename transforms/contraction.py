@@ -7,7 +7,7 @@ with a ``px x py`` register tile (``ilp``); the longest reduction ``k`` advances
 a time (``unroll_k``), its ``A``/``B`` tiles optionally staged in local memory
 (``stage_a``/``stage_b``); ``order`` nests other reductions outside or inside it.
 ``vector`` (CPUs): each work-item owns ``ty`` entries of ``y`` times ``tx`` OpenCL vectors
-of ``vec`` entries of ``x`` (:func:`feinsum.toolbox_tiles.vector_tile_kernel`), ``lx``
+of ``vec`` entries of ``x`` (:func:`feinsum.toolbox.tiles.vector_tile_kernel`), ``lx``
 work-items per group. Other output indices: ``g.2`` and loops. Lengths stay runtime.
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 import loopy as lp
 
 from feinsum import recipes as rc
-from feinsum import toolbox as tb
-from feinsum import toolbox_tiles as tt
-from feinsum.spec import Array
+from feinsum.spec.model import Array
+from feinsum.toolbox import core as tb
+from feinsum.toolbox import tiles as tt
 
 
 def _roles(e: Any) -> dict[str, Any] | str:

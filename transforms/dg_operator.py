@@ -13,7 +13,7 @@ fields sharing every loop. The operator is read from global memory (cached) or s
 in local memory (``local_operator``). ``lanes="index"`` (element-blocked data, e.g.
 ``ij,bjl->bil``): the lanes are the output's last index ``l`` instead, operands read and
 written as whole vectors (``vec`` must then equal its length). See
-:mod:`feinsum.toolbox_dense`.
+:mod:`feinsum.toolbox.dense`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from feinsum import recipes as rc
-from feinsum import toolbox_dense as td
+from feinsum.toolbox import dense as td
 
 VEC = (1, 2, 4, 8, 16)
 UNROLL = (1, 4, 16, 64)

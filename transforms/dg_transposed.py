@@ -7,7 +7,7 @@ the output's last, contiguous index is the vector lane (padded to whole vectors)
 operator is staged transposed in local memory once per work-group, the element operands
 are broadcast scalars, each work-item computes ``elements`` elements at once, ``blocks``
 times, and writes whole output rows with ``vstoreN``. ``last`` picks the contraction
-plan (the operand contracted last). See :mod:`feinsum.toolbox_transposed`.
+plan (the operand contracted last). See :mod:`feinsum.toolbox.transposed`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from feinsum import recipes as rc
-from feinsum import toolbox_dense as td
-from feinsum import toolbox_transposed as tt
+from feinsum.toolbox import dense as td
+from feinsum.toolbox import transposed as tt
 
 VEC = (1, 2, 4, 8, 16)
 #: Vector accumulators a work-item may keep live (CPU: of 32 AVX-512 registers).

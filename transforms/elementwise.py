@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from feinsum import toolbox as tb
 from feinsum.recipes import Boolean, Choice, Constraint, ParameterSpace, PowersOfTwo, Recipe
+from feinsum.toolbox import core as tb
 
 
 def _applies(e: Any, device: Any) -> str | None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from feinsum import recipes as rc
-from feinsum import toolbox as tb
-from feinsum import toolbox_vec as tv
 from feinsum.recipes import Boolean, Choice, Constraint, ParameterSpace, PowersOfTwo, Recipe
+from feinsum.toolbox import core as tb
+from feinsum.toolbox import vec as tv
 
 PER_ITEM, TILES = (1, 2, 4, 8), (1, 2, 4, 8, 16)
 

@@ -4,7 +4,7 @@ Each work-item owns ``U`` vectors of ``V`` consecutive output rows (``U*V`` rows
 its rows' i-variables into private vector registers (structure of arrays; rows past ``M``
 repeat row ``M-1`` and are never stored), then walks every ``j`` once, broadcasting the
 j-variables, and folds each term into vector accumulators with explicit select
-statements (:class:`feinsum.reduction_updates.Updater`): one ``exp`` evaluates ``V`` pairs
+statements (:class:`feinsum.lowering.reduction_updates.Updater`): one ``exp`` evaluates ``V`` pairs
 with AVX-512, which PoCL does not do across work-items by itself. The ``U`` vectors give
 independent dependency chains (latency hiding). Lengths stay runtime parameters.
 """
@@ -15,8 +15,6 @@ from typing import Any
 
 import loopy as lp
 
-from feinsum import kernel_analysis as ka
-from feinsum import kernel_templates as kt
 from feinsum.recipes import (
     Boolean,
     Choice,
@@ -25,6 +23,8 @@ from feinsum.recipes import (
     ParameterSpace,
     Recipe,
 )
+from feinsum.reductions import analysis as ka
+from feinsum.reductions import templates as kt
 
 
 def _applies(e: Any, device: Any) -> str | None:

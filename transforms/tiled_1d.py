@@ -4,7 +4,7 @@ A work-group of ``K`` work-items owns ``K`` consecutive output rows, one per wor
 whose i-variables sit in private registers. The ``j`` loop runs in tiles of ``K``: the
 work-items load one tile of the j-variables cooperatively into local memory (one
 point each), a barrier, then every work-item folds the ``K`` terms of the tile into its
-private accumulator (:class:`feinsum.reduction_updates.Updater`), a barrier. Rows past
+private accumulator (:class:`feinsum.lowering.reduction_updates.Updater`), a barrier. Rows past
 ``M`` compute on row ``M-1`` and are not stored; the last tile is padded and its
 missing terms skipped. ``unroll`` unrolls the in-tile loop. Nothing of size ``M x N``
 is ever stored.
@@ -17,10 +17,10 @@ from typing import Any
 import loopy as lp
 import pymbolic.primitives as prim
 
-from feinsum import kernel_analysis as ka
-from feinsum import kernel_templates as kt
+from feinsum.lowering.reduction_updates import Updater
 from feinsum.recipes import Boolean, Constraint, ParameterSpace, PowersOfTwo, Recipe, at_most
-from feinsum.reduction_updates import Updater
+from feinsum.reductions import analysis as ka
+from feinsum.reductions import templates as kt
 
 
 def _applies(e: Any, device: Any) -> str | None:

@@ -17,8 +17,6 @@ from typing import Any
 
 import loopy as lp
 
-from feinsum import kernel_analysis as ka
-from feinsum import kernel_templates as kt
 from feinsum.recipes import (
     Boolean,
     Choice,
@@ -28,6 +26,8 @@ from feinsum.recipes import (
     PowersOfTwo,
     Recipe,
 )
+from feinsum.reductions import analysis as ka
+from feinsum.reductions import templates as kt
 
 
 def _applies(e: Any, device: Any) -> str | None:

@@ -3,7 +3,7 @@ root."""
 
 import numpy as np
 
-from feinsum import ranges as R
+from feinsum.reductions import ranges as R
 
 
 def main() -> None:

@@ -39,23 +39,23 @@ __version__ = "0.1.0"
 # Public names defined in modules that import loopy, pyopencl or SQLAlchemy are
 # imported on first use, so that ``import feinsum`` and ``feinsum --help`` stay fast.
 _LAZY: dict[str, str] = {
-    "canonicalize": "feinsum.canonical",
-    "canonical_key": "feinsum.canonical",
-    "canonical_text": "feinsum.canonical",
-    "canonical_lengths": "feinsum.canonical",
-    "structure_key": "feinsum.canonical",
-    "isomorphism": "feinsum.canonical",
-    "Isomorphism": "feinsum.canonical",
-    "spec_to_json": "feinsum.serialize",
-    "spec_from_json": "feinsum.serialize",
-    "generate_loopy": "feinsum.lowering",
-    "evaluate": "feinsum.reference",
-    "cost": "feinsum.costs",
-    "Cost": "feinsum.costs",
-    "contraction_flops": "feinsum.costs",
-    "get_device": "feinsum.devices",
-    "device_info": "feinsum.devices",
-    "DeviceInfo": "feinsum.devices",
+    "canonicalize": "feinsum.spec.canonical",
+    "canonical_key": "feinsum.spec.canonical",
+    "canonical_text": "feinsum.spec.canonical",
+    "canonical_lengths": "feinsum.spec.canonical",
+    "structure_key": "feinsum.spec.canonical",
+    "isomorphism": "feinsum.spec.canonical",
+    "Isomorphism": "feinsum.spec.canonical",
+    "spec_to_json": "feinsum.spec.serialize",
+    "spec_from_json": "feinsum.spec.serialize",
+    "generate_loopy": "feinsum.lowering.kernel",
+    "evaluate": "feinsum.lowering.reference",
+    "cost": "feinsum.spec.costs",
+    "Cost": "feinsum.spec.costs",
+    "contraction_flops": "feinsum.spec.costs",
+    "get_device": "feinsum.devices.opencl",
+    "device_info": "feinsum.devices.opencl",
+    "DeviceInfo": "feinsum.devices.opencl",
     "open_database": "feinsum.database",
     "query": "feinsum.database",
     "best": "feinsum.database",
@@ -67,14 +67,14 @@ _LAZY: dict[str, str] = {
     "match_einsum": "feinsum.matching",
     "apply_transform": "feinsum.matching",
     "Match": "feinsum.matching",
-    "measure": "feinsum.measurement",
-    "measure_roofline": "feinsum.roofline",
+    "measure": "feinsum.timing.single",
+    "measure_roofline": "feinsum.timing.roofline",
     "autotune": "feinsum.tuning",
     "campaign": "feinsum.campaigns",
     "revalidate": "feinsum.tuning.codecheck",
     "current_recipes": "feinsum.tuning.codecheck",
-    "kernel_reduction": "feinsum.reductions",
-    "compile": "feinsum.direct",
+    "kernel_reduction": "feinsum.reductions.builder",
+    "compile": "feinsum.direct.executor",
     "transform_program": "feinsum.hook",
     "FeinsumTransformMixin": "feinsum.hook",
 }
@@ -87,6 +87,8 @@ def __getattr__(name: str) -> object:
     import importlib
 
     mod = importlib.import_module(module)
+    if name in ("generate_loopy", "evaluate"):  # block-sparse specs are lowered there
+        importlib.import_module("feinsum.reductions")
     # feinsum.recipes is both a module and (being callable) the function recipes():
     # keep the module there, so `from feinsum import recipes as rc; rc.Recipe` works too
     value = mod if module == f"feinsum.{name}" else getattr(mod, name)

@@ -32,7 +32,7 @@ from feinsum.errors import DatabaseError
 if TYPE_CHECKING:
     from feinsum.campaigns.plan import Job
     from feinsum.database import Database, NewMeasurement, Record
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
 
 #: How long a worker may take to open the campaign's database before it sends its
 #: measurements to the client instead.
@@ -60,7 +60,7 @@ class Assignment:
 
     @property
     def device_info(self) -> DeviceInfo:
-        from feinsum.devices import DeviceInfo
+        from feinsum.devices.opencl import DeviceInfo
 
         return DeviceInfo.from_dict(self.device)
 

@@ -73,8 +73,8 @@ def local_devices(selection: str | None = None) -> list[OwnedDevice]:
     import pyopencl as cl
 
     from feinsum.database.records import hostname
-    from feinsum.device_probe import probe
-    from feinsum.devices import device_info
+    from feinsum.devices.opencl import device_info
+    from feinsum.devices.probe import probe
 
     selection = os.environ.get(ENV_VAR) if selection is None else selection
     specs = [s for s in (selection or "").split(",") if s.strip()]

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from feinsum.errors import FeinsumError, PlanError
 
 if TYPE_CHECKING:
-    from feinsum.devices import DeviceInfo
-    from feinsum.spec import BatchedEinsum
+    from feinsum.devices.opencl import DeviceInfo
+    from feinsum.spec.model import BatchedEinsum
 
 #: ``--device`` words that name a device type rather than part of a name.
 DEVICE_TYPES = ("cpu", "gpu", "accelerator")
@@ -208,7 +208,7 @@ def _line_jobs(parser: argparse.ArgumentParser, words: Sequence[str], number: in
     else:
         einsums = [spec_from_args(args)]
         fixed = [check_lengths(einsums[0], lengths)]
-    from feinsum.measurement import Target
+    from feinsum.timing.measurement import Target
 
     options = {
         "device": device, "strategy": args.strategy, "time_limit": args.time_limit,

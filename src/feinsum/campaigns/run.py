@@ -171,8 +171,8 @@ class _Campaign:
     def _assign(self, owners: Mapping[str, list[dict[str, Any]]]) -> None:
         from feinsum.database.engine import resolve_url
         from feinsum.database.records import hostname
-        from feinsum.devices import DeviceInfo
-        from feinsum.measurement import Target
+        from feinsum.devices.opencl import DeviceInfo
+        from feinsum.timing.measurement import Target
 
         identities: dict[str, dict[str, Any]] = {}
         for devices in owners.values():

@@ -121,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
                                "--retired or --status")
         versions = None
         if args.stale_recipes:
-            from feinsum.measurement import UNTRANSFORMED, untransformed_version
             from feinsum.recipes import recipes
+            from feinsum.timing.measurement import UNTRANSFORMED, untransformed_version
 
             versions = {r.name: r.version for r in recipes()}
             versions[UNTRANSFORMED] = untransformed_version()

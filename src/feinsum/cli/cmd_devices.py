@@ -22,7 +22,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     import pyopencl as cl
 
-    from feinsum.devices import all_devices, device_info
+    from feinsum.devices.opencl import all_devices, device_info
 
     db = None
     try:

@@ -20,7 +20,7 @@ from feinsum.cli.common import (
 from feinsum.cli.specargs import add_spec_arguments, parse_lengths, spec_from_args
 
 if TYPE_CHECKING:
-    from feinsum.spec import BatchedEinsum
+    from feinsum.spec.model import BatchedEinsum
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -55,8 +55,8 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def _spec_and_lengths(args: argparse.Namespace) -> tuple[BatchedEinsum, dict[str, int] | None]:
-    from feinsum.canonical import canonical_lengths
     from feinsum.errors import SpecificationError
+    from feinsum.spec.canonical import canonical_lengths
 
     spec = spec_from_args(args)
     lengths = parse_lengths(args.lengths)
@@ -104,7 +104,7 @@ def _query(args: argparse.Namespace) -> int:
     if args.json:
         emit_json([record_dict(r) for r in records])
         return 0 if records else nothing_found("query", "no record matches")
-    from feinsum.canonical import canonical_key
+    from feinsum.spec.canonical import canonical_key
 
     print_table(
         f"{len(records)} records of {spec.subscripts} ({canonical_key(spec)})",
@@ -133,14 +133,14 @@ def _device_for_best(db: Any, text: str | None) -> Any:
         known = [i for k, i in devices(db).items() if text.lower() in k.lower()]
         if len(known) == 1:
             return known[0]
-    from feinsum.devices import device_info, get_device
+    from feinsum.devices.opencl import device_info, get_device
 
     return device_info(get_device(text))
 
 
 def _best(args: argparse.Namespace) -> int:
-    from feinsum.canonical import canonicalize
     from feinsum.cli.dbread import open_db
+    from feinsum.spec.canonical import canonicalize
 
     spec, lengths = _spec_and_lengths(args)
     names = _in_your_names(spec_from_args(args))

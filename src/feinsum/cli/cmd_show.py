@@ -31,10 +31,10 @@ def generated_code(db: Any, r: Any) -> tuple[str, str]:
 
     from feinsum.cli.dbread import devices, einsum_text
     from feinsum.errors import DatabaseError
-    from feinsum.lowering import generate_loopy
-    from feinsum.measurement import UNTRANSFORMED
+    from feinsum.lowering.kernel import generate_loopy
     from feinsum.recipes import get_recipe
-    from feinsum.serialize import spec_from_json
+    from feinsum.spec.serialize import spec_from_json
+    from feinsum.timing.measurement import UNTRANSFORMED
 
     found = einsum_text(db, r.canonical_key)
     if found is None:

@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     lengths = check_lengths(spec, parse_lengths(args.lengths))
     check_search_options(args)
 
-    from feinsum.devices import get_device
+    from feinsum.devices.opencl import get_device
 
     device = get_device(args.device)
     db: Any = False

@@ -105,7 +105,7 @@ def einsum_label(spec: str | tuple[str, str] | None, fallback: str) -> str:
     spec_json = spec[1] if isinstance(spec, tuple) else spec
     if spec_json is None:
         return fallback
-    from feinsum.serialize import spec_from_json
+    from feinsum.spec.serialize import spec_from_json
 
     try:
         e = spec_from_json(spec_json)

@@ -14,7 +14,7 @@ from feinsum.errors import DatabaseError
 
 if TYPE_CHECKING:
     from feinsum.database import Database, Record
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
 
 
 def open_db(url: str | None, *, write: bool = False) -> Database:
@@ -107,7 +107,7 @@ def devices(db: Database) -> dict[str, DeviceInfo]:
     import sqlalchemy as sa
 
     from feinsum.database.models import Device
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
 
     out: dict[str, DeviceInfo] = {}
     for store in _stores(db):

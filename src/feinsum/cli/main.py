@@ -13,12 +13,13 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-# subcommand -> (module under feinsum.cli, one-line help)
+# subcommand -> (the module defining its configure() and run(): under feinsum.cli, or a
+# full module name for `campaign`, which lives in the package it drives; one-line help)
 _COMMANDS: dict[str, tuple[str, str]] = {
     "devices": ("cmd_devices", "list OpenCL devices, whether they build kernels, their roofline"),
     "tune": ("cmd_tune", "autotune an einsum (given on the command line or in a kernel file)"),
-    "campaign": ("cmd_campaign", "the tuning jobs of a PLAN file on the devices of a dask "
-                 "cluster"),
+    "campaign": ("feinsum.campaigns.command", "the tuning jobs of a PLAN file on the devices of "
+                 "a dask cluster"),
     "match": ("cmd_match", "list the einsums found in a loopy kernel with their canonical keys"),
     "query": ("cmd_query", "records for an einsum on a device, fastest first"),
     "best": ("cmd_query", "the best record for an einsum (with the fallback chain)"),
@@ -28,6 +29,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "db": ("cmd_db", "database maintenance: upgrade, export, import, merge, prune, "
                      "revalidate, info"),
 }
+
+
+def _module_name(module: str) -> str:
+    return module if "." in module else f"feinsum.cli.{module}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,8 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _configure(module: str, name: str, parser: argparse.ArgumentParser) -> None:
     # Argument definitions live beside each command but must not import heavy modules:
-    # every cmd_* module imports feinsum's heavy parts inside its run() only.
-    mod = importlib.import_module(f"feinsum.cli.{module}")
+    # every command module imports feinsum's heavy parts inside its run() only.
+    mod = importlib.import_module(_module_name(module))
     mod.configure(parser, name)
 
 
@@ -67,9 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     module, _ = _COMMANDS[args.command]
-    run: Callable[[argparse.Namespace], int] = importlib.import_module(
-        f"feinsum.cli.{module}"
-    ).run
+    run: Callable[[argparse.Namespace], int] = importlib.import_module(_module_name(module)).run
     try:
         return run(args) or 0
     except KeyboardInterrupt:

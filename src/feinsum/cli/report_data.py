@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from feinsum.errors import FeinsumError
-from feinsum.roofline import PEAK_DTYPE
+from feinsum.timing.roofline import PEAK_DTYPE
 
 if TYPE_CHECKING:
     from feinsum.database import Database, Record
-    from feinsum.roofline import Roofline
+    from feinsum.timing.roofline import Roofline
 
 #: Points measured within this time of the user's newest record count as their latest work.
 LATEST_WINDOW = _dt.timedelta(hours=24)
@@ -151,8 +151,8 @@ def collect(db: Database, *, device: str | None = None, einsum: str | None = Non
     from feinsum.cli.dbread import devices, einsum_origin_of, einsum_text
     from feinsum.database.origins import einsum_label, lengths_label
     from feinsum.database.rates import record_work
-    from feinsum.measurement import UNTRANSFORMED
-    from feinsum.roofline import Roofline
+    from feinsum.timing.measurement import UNTRANSFORMED
+    from feinsum.timing.roofline import Roofline
 
     panels: dict[tuple[str, str], Panel] = {}
     for dkey, info in devices(db).items():

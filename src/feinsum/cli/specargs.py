@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from feinsum.errors import FeinsumError, SpecificationError
 
 if TYPE_CHECKING:
-    from feinsum.spec import BatchedEinsum
+    from feinsum.spec.model import BatchedEinsum
 
 
 class KernelFileError(FeinsumError):
@@ -75,7 +75,7 @@ def spec_from_args(args: argparse.Namespace) -> BatchedEinsum:
 
 def _spec_from_subscripts(args: argparse.Namespace) -> BatchedEinsum:
     import feinsum
-    from feinsum.spec import parse_subscripts
+    from feinsum.spec.builders import parse_subscripts
 
     if not args.subscripts:
         raise SpecificationError("give einsum SUBSCRIPTS (e.g. \"ij,ej->ei\") or --kernel FILE.py")

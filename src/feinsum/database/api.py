@@ -46,8 +46,8 @@ from .revalidation import CodeChecker
 from .store import Filters, Store
 
 if TYPE_CHECKING:
-    from feinsum.devices import DeviceInfo
-    from feinsum.spec import BatchedEinsum
+    from feinsum.devices.opencl import DeviceInfo
+    from feinsum.spec.model import BatchedEinsum
 
     from .peers import PeerRecord
 
@@ -58,16 +58,16 @@ ShippedSpec = bool | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
 def _device_info(device: Any) -> DeviceInfo:
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
 
     if isinstance(device, DeviceInfo):
         return device
     if hasattr(device, "platform") and hasattr(device, "max_compute_units"):
-        from feinsum.devices import device_info
+        from feinsum.devices.opencl import device_info
 
         return device_info(device)
     raise DatabaseError(
-        f"expected a feinsum.devices.DeviceInfo or a pyopencl.Device, not {device!r}"
+        f"expected a feinsum.devices.opencl.DeviceInfo or a pyopencl.Device, not {device!r}"
     )
 
 

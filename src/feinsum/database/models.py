@@ -96,7 +96,7 @@ class State(Base):
 
 
 class Device(Base):
-    """An OpenCL device as :class:`feinsum.devices.DeviceInfo` identifies it."""
+    """An OpenCL device as :class:`feinsum.devices.opencl.DeviceInfo` identifies it."""
 
     __tablename__ = "devices"
     __table_args__ = (Index("ix_devices_vendor_type", "vendor", "device_type"),)
@@ -130,7 +130,7 @@ class Einsum(Base):
     canonical_key: Mapped[str] = mapped_column(String(64), unique=True)
     structure_key: Mapped[str] = mapped_column(String(64), index=True)
     canonical_text: Mapped[str] = mapped_column(Text)
-    #: ``feinsum.serialize.spec_to_json`` of the canonical spec.
+    #: ``feinsum.spec.serialize.spec_to_json`` of the canonical spec.
     spec_json: Mapped[str] = mapped_column(Text)
     #: How it was first recorded (revision 0005): the user's spec, their names of the
     #: canonical length symbols, the kernel and statements it came from
@@ -231,7 +231,7 @@ class Measurement(Base):
     timing_ended_at: Mapped[_dt.datetime | None] = mapped_column(UTCDateTime)
 
     # Revision 0006: what was timed, and whether the record still stands.
-    #: :mod:`feinsum.fingerprint` of the generated code (None: measured before 0006 and not
+    #: :mod:`feinsum.timing.fingerprint` of the generated code (None: measured before 0006 and not
     #: revalidated since, or no code was generated).
     code_fingerprint: Mapped[str | None] = mapped_column(String(64))
     #: "measured" (computed when timed) or "revalidated" (computed later for an older record).

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from feinsum.spec import BatchedEinsum
+    from feinsum.spec.model import BatchedEinsum
 
 #: The version of the origin's JSON layout.
 ORIGIN_VERSION = 1
@@ -26,9 +26,9 @@ def einsum_origin(einsum: BatchedEinsum, lengths: Mapping[str, int] | None = Non
     """The origin of *einsum* as the user gave it (its length symbols free, *lengths* their
     values where it was measured), found in *kernel*'s *statements* if given, of the kernel
     file *file* (``FILE.py[:NAME]``, as ``--kernel`` names it) if given."""
-    from feinsum.canonical import canonical_lengths, canonicalize, isomorphism
     from feinsum.errors import FeinsumError
-    from feinsum.serialize import spec_to_json
+    from feinsum.spec.canonical import canonical_lengths, canonicalize, isomorphism
+    from feinsum.spec.serialize import spec_to_json
 
     fixed = einsum.with_lengths(dict(lengths)) if lengths else einsum
     symbols: dict[str, str] = {}

@@ -20,7 +20,7 @@ from .models import Device, Einsum, PeerTiming
 from .records import EinsumIdentity, hostname, lengths_key
 
 if TYPE_CHECKING:
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
 
     from .store import Store, Txn
 

@@ -1,7 +1,7 @@
 """Flops, bytes and GFLOP/s of records, derived when they are read (internal).
 
 A record's rate is the flops of the cheapest contraction order of its einsum at its lengths
-(:func:`feinsum.costs.roofline_work`, what the autotuner and the benchmarks count) over its
+(:func:`feinsum.spec.costs.roofline_work`, what the autotuner and the benchmarks count) over its
 minimum time. Records measured before feinsum counted that way store the flops of every
 term of the full index space, whose "rate" of a factorising kernel exceeds the device's
 peak; the stored values stay as they were measured, and every reader (``query``, ``best``,
@@ -20,7 +20,7 @@ _MISSING = object()
 
 
 def record_work(canonical_key: str, spec_json: str | None, lengths_key: str) -> Any:
-    """The :class:`~feinsum.costs.RooflineWork` of an einsum (its canonical key and spec
+    """The :class:`~feinsum.spec.costs.RooflineWork` of an einsum (its canonical key and spec
     JSON) at canonical lengths (their JSON), or None where it cannot be computed (a spec this
     feinsum cannot read, lengths that leave a symbol free). Cached per key and lengths."""
     found = _CACHE.get((canonical_key, lengths_key), _MISSING)
@@ -29,8 +29,8 @@ def record_work(canonical_key: str, spec_json: str | None, lengths_key: str) -> 
     work = None
     if spec_json:
         try:
-            from feinsum.costs import roofline_work
-            from feinsum.serialize import spec_from_json
+            from feinsum.spec.costs import roofline_work
+            from feinsum.spec.serialize import spec_from_json
 
             spec = spec_from_json(spec_json)
             work = roofline_work(spec, json.loads(lengths_key))

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from feinsum.errors import DatabaseError
 
 if TYPE_CHECKING:
-    from feinsum.devices import DeviceInfo
-    from feinsum.spec import BatchedEinsum
+    from feinsum.devices.opencl import DeviceInfo
+    from feinsum.spec.model import BatchedEinsum
 
 Status: TypeAlias = Literal["ok", "invalid", "compile-error", "runtime-error", "timeout",
                             "wrong-result"]
@@ -132,14 +132,14 @@ def _identity_cached(e: BatchedEinsum) -> EinsumIdentity:
 
 
 def _identity(e: BatchedEinsum) -> EinsumIdentity:
-    from feinsum.canonical import (
+    from feinsum.spec.canonical import (
         canonical_key,
         canonical_lengths,
         canonical_text,
         canonicalize,
         structure_key,
     )
-    from feinsum.serialize import spec_to_json
+    from feinsum.spec.serialize import spec_to_json
 
     spec: Any = spec_to_json(canonicalize(e))
     return EinsumIdentity(
@@ -276,7 +276,7 @@ class NewMeasurement:
     #: How the einsum was given (:func:`feinsum.database.origins.einsum_origin`); default:
     #: the spec passed as ``einsum`` itself. The database keeps the first it is given.
     origin: Mapping[str, Any] | None = None
-    #: :func:`feinsum.fingerprint.code_fingerprint` of the code timed (None: no code was
+    #: :func:`feinsum.timing.fingerprint.code_fingerprint` of the code timed (None: no code was
     #: generated); its loopy version defaults to ``loopy_version``.
     code_fingerprint: str | None = None
     code_loopy_version: str | None = None
@@ -473,7 +473,7 @@ class Record:
     measured_at: _dt.datetime
     timing_started_at: _dt.datetime | None = None
     timing_ended_at: _dt.datetime | None = None
-    #: The fingerprint of the code timed (:mod:`feinsum.fingerprint`), where it comes from
+    #: The fingerprint of the code timed (:mod:`feinsum.timing.fingerprint`), where it comes from
     #: (:data:`FINGERPRINT_ORIGINS`) and the loopy version that last generated that code.
     code_fingerprint: str | None = None
     fingerprint_origin: str | None = None

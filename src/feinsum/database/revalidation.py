@@ -1,7 +1,7 @@
 """Revalidation: which records still time the code their recipe generates today.
 
 A record names the recipe version it was timed with, and the fingerprint of the code it
-timed (:mod:`feinsum.fingerprint`). When the current version of its recipe differs (or
+timed (:mod:`feinsum.timing.fingerprint`). When the current version of its recipe differs (or
 loopy, the code generator, does), the record's code is generated again and compared:
 
 * same fingerprint: the record is **kept**, moved to the current recipe version (and its
@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from .statements import LIVE, MT, D, E, Filters, M
 
 if TYPE_CHECKING:
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
 
     from .records import Record
     from .store import Store

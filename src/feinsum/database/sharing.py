@@ -63,7 +63,7 @@ from .records import (
 from .store import Store, device_from_dict
 
 if TYPE_CHECKING:
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
 
 FORMAT = "feinsum-timings"
 #: The export format version this code writes (and the newest it reads).

@@ -55,7 +55,7 @@ from .statements import (
 )
 
 if TYPE_CHECKING:
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
 
 def device_values(info: DeviceInfo) -> dict[str, Any]:
     return {
@@ -78,7 +78,7 @@ def device_values(info: DeviceInfo) -> dict[str, Any]:
 
 def device_from_dict(d: Mapping[str, Any]) -> DeviceInfo:
     """A :class:`DeviceInfo` from its ``as_dict()`` (extra fields ignored, missing refused)."""
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
 
     if not isinstance(d, Mapping):
         raise DatabaseError(f"device information must be a JSON object, not {d!r}")

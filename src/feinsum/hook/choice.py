@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from feinsum.errors import RecipeError
 
 if TYPE_CHECKING:
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
     from feinsum.recipes import Recipe
-    from feinsum.spec import BatchedEinsum
+    from feinsum.spec.model import BatchedEinsum
 
 #: Preference order of the shipped recipes for the ``"default"`` rung (first applicable wins).
 PREFERENCE: tuple[str, ...] = (

@@ -5,7 +5,7 @@ Per group, in order (``docs/compiler-guide.rst``, "The hook"): the best record o
 fallback chain, replayed; else (``on_miss``) tuning it now, skipping it, an error, or the
 heuristic default of each applicable recipe in preference order. A candidate is taken
 only if loopy can schedule the kernel it makes and, on a device that cannot build vector
-code (:func:`feinsum.devices.vector_problem`), only if that kernel is scalar. The
+code (:func:`feinsum.devices.opencl.vector_problem`), only if that kernel is scalar. The
 transformed kernels (canonical names) are cached per process: a program that holds the
 same einsum many times, or is rebuilt, costs one recipe application per einsum shape.
 """
@@ -23,11 +23,11 @@ from feinsum.hook.report import GroupReport
 
 if TYPE_CHECKING:
     from feinsum.database import Answer, Database
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
     from feinsum.matching import Match
     from feinsum.matching.assemble import Part
     from feinsum.recipes import Recipe
-    from feinsum.spec import BatchedEinsum
+    from feinsum.spec.model import BatchedEinsum
 
 #: Transformed einsums remembered per process (least recently used dropped first).
 PART_CACHE_SIZE = 1024
@@ -95,13 +95,13 @@ class Planner:
 
     def __init__(self, info: DeviceInfo, dev: Any, db: Database | None, opts: Options,
                  recipe_path: Any, vector_problem: str | None = None) -> None:
-        from feinsum.measurement import UNTRANSFORMED
         from feinsum.recipes import recipes
+        from feinsum.timing.measurement import UNTRANSFORMED
         from feinsum.tuning.codecheck import CurrentRecipes
 
         self.info, self.dev, self.db, self.opts = info, dev, db, opts
         self.vector_problem = vector_problem
-        from feinsum.devices import scalar_view
+        from feinsum.devices.opencl import scalar_view
 
         self.recipe_device = info if vector_problem is None else scalar_view(info)
         self.recipes: list[Recipe] = recipes(recipe_path)
@@ -112,8 +112,8 @@ class Planner:
         self.tuned = False
 
     def best(self, e: BatchedEinsum) -> Answer:
-        from feinsum.canonical import canonical_key, canonical_lengths
         from feinsum.database import Answer
+        from feinsum.spec.canonical import canonical_key, canonical_lengths
 
         if self.db is None:
             return Answer("default", None, canonical_key(e), dict(canonical_lengths(e)))
@@ -123,7 +123,7 @@ class Planner:
 
     def part(self, m: Match, recipe: Recipe, params: Mapping[str, Any]) -> Part | str:
         """The transformed einsum for one configuration, or why there is none."""
-        from feinsum.recipes.parameters import canonical_json
+        from feinsum.toolbox.parameters import canonical_json
 
         key = (m.canonical_key, tuple(sorted(m.canonical_lengths.items())), recipe.name,
                recipe.version, canonical_json(dict(params)), self.info.key,
@@ -143,7 +143,7 @@ class Planner:
             return str(exc)
         if part.problem is not None:
             return f"loopy cannot schedule it: {part.problem}"
-        from feinsum.devices import has_vector_code
+        from feinsum.devices.opencl import has_vector_code
 
         if self.vector_problem is not None and has_vector_code(part.kernel):
             return (f"it uses vector types, which the device cannot build "
@@ -254,7 +254,7 @@ class Planner:
 
 
 def _cl_device(info: DeviceInfo) -> Any:
-    from feinsum.devices import all_devices, device_info
+    from feinsum.devices.opencl import all_devices, device_info
     from feinsum.errors import DeviceError
 
     for d, why in all_devices():

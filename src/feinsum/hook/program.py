@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     import loopy as lp
 
     from feinsum.database import Database
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
 
 ON_MISS = ("default", "tune", "skip", "error")
 ON_BUSY = ("default", "wait")
@@ -36,7 +36,7 @@ def _device(device: Any) -> tuple[DeviceInfo, Any, str | None]:
     """(identity, pyopencl device or None when given a bare DeviceInfo, why the device
     cannot build vector code or None). A device that cannot build even scalar code
     raises :class:`~feinsum.DeviceError`."""
-    from feinsum.devices import DeviceInfo, device_info, get_device, vector_problem
+    from feinsum.devices.opencl import DeviceInfo, device_info, get_device, vector_problem
 
     if isinstance(device, DeviceInfo):
         return device, None, None
@@ -165,8 +165,8 @@ def transform_program(
     it was); the report says what was done to each group and kernel.
 
     :arg device: a ``pyopencl.Device``, a device string, a
-        :class:`~feinsum.devices.DeviceInfo` or None (the default device). A device is
-        probed first (:func:`feinsum.devices.vector_problem`): one that cannot build
+        :class:`~feinsum.devices.opencl.DeviceInfo` or None (the default device). A device is
+        probed first (:func:`feinsum.devices.opencl.vector_problem`): one that cannot build
         vector code gets scalar code only; one that cannot build a kernel raises
         :class:`~feinsum.DeviceError`.
     :arg db: a :class:`~feinsum.database.Database`, a path or URL, None (the default

@@ -31,7 +31,7 @@ import pymbolic.primitives as prim
 if TYPE_CHECKING:
     import loopy as lp
 
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
     from feinsum.matching.assemble import Schedule
 
 #: Work-groups a CPU core gets (load balance against launch cost).
@@ -114,7 +114,7 @@ def _independent(knl: lp.LoopKernel, insns: list[Any], loops: set[str]) -> set[s
     temporaries are each work-item's own."""
     from loopy.kernel.data import AddressSpace
 
-    from feinsum.formulas import walk
+    from feinsum.spec.formulas import walk
 
     def private(name: str) -> bool:
         tv = knl.temporary_variables.get(name)

@@ -12,7 +12,7 @@
 See ``docs/compiler-guide.rst``.
 """
 
-import feinsum.loopy_setup  # noqa: F401  (loopy must never prompt for input)
+import feinsum.lowering.loopy_setup  # noqa: F401  (loopy must never prompt for input)
 from feinsum.matching.match import Match, Survey, find_einsums, match_einsum, survey_einsums
 from feinsum.matching.prepare import Prepared, prepare_kernel
 from feinsum.matching.replay import apply_transform

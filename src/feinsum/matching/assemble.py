@@ -62,7 +62,7 @@ class Part:
 
 
 def _names_in_rules(knl: Any) -> set[str]:
-    from feinsum.formulas import walk
+    from feinsum.spec.formulas import walk
 
     names: set[str] = set()
     for rule in knl.substitutions.values():

@@ -20,7 +20,7 @@ from feinsum.matching.kernel import (
 )
 
 if TYPE_CHECKING:
-    from feinsum.spec import Array, Formula
+    from feinsum.spec.model import Array, Formula
 
 
 @dataclass
@@ -317,7 +317,7 @@ class _GroupState:
         from loopy.symbolic import Reduction
 
         from feinsum.errors import SpecificationError
-        from feinsum.spec import Formula
+        from feinsum.spec.model import Formula
 
         kk = self.kk
         body = _squeeze_accesses(body, kk)
@@ -383,7 +383,7 @@ class _GroupState:
         return f
 
     def constant(self, value: Any) -> Formula:
-        from feinsum.spec import Formula
+        from feinsum.spec.model import Formula
 
         if isinstance(value, (int, np.integer)):
             value = float(value)

@@ -11,7 +11,7 @@ import numpy as np
 import pymbolic.primitives as prim
 
 if TYPE_CHECKING:
-    from feinsum.spec import Array, Length
+    from feinsum.spec.model import Array, Length
 
 _NUMBER = (int, float, complex, np.number)
 
@@ -21,7 +21,7 @@ class _Reject(Exception):
 
 
 def _reduction_kind(red: Any) -> str | None:
-    from feinsum.formulas import reduction_name
+    from feinsum.spec.formulas import reduction_name
 
     name = reduction_name(red)
     if name.startswith("feinsum_"):
@@ -211,7 +211,7 @@ class _Kernel:
         if name in self._array_cache:
             return self._array_cache[name]
         from feinsum.errors import SpecificationError
-        from feinsum.spec import Array
+        from feinsum.spec.model import Array
 
         if name in self.temps:
             tv = self.temps[name]
@@ -295,7 +295,7 @@ class _Kernel:
         if name in self._array_cache:
             return self._array_cache[name]
         from feinsum.errors import SpecificationError
-        from feinsum.spec import Array
+        from feinsum.spec.model import Array
 
         dt = self.dtype_of(name)
         if dt is None:
@@ -419,7 +419,7 @@ def _index_problem(idx: Any, kk: _Kernel) -> str:
 
 
 def _walk_all(expr: Any) -> Iterable[Any]:
-    from feinsum.formulas import walk
+    from feinsum.spec.formulas import walk
 
     if isinstance(expr, tuple):
         for e in expr:

@@ -135,7 +135,7 @@ def _columns(rows: list[_Row]) -> tuple[tuple[tuple[str, ...], ...], list[list[_
 
 def _build_match(kk: _Kernel, state: _GroupState, rows: list[_Row]) -> Match:
     from feinsum.errors import SpecificationError
-    from feinsum.spec import BatchedEinsum
+    from feinsum.spec.model import BatchedEinsum
 
     in_indices, table = _columns(rows)
     arguments = tuple(tuple((f.obj,) for f in fs) for fs in table)

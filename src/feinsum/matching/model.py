@@ -9,8 +9,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from feinsum.canonical import Isomorphism
-    from feinsum.spec import BatchedEinsum
+    from feinsum.spec.canonical import Isomorphism
+    from feinsum.spec.model import BatchedEinsum
 
 
 # {{{ the Match
@@ -71,28 +71,28 @@ class Match:
     @cached_property
     def canonical(self) -> BatchedEinsum:
         """The canonical specification (``feinsum.canonicalize(self.einsum)``)."""
-        from feinsum.canonical import canonicalize
+        from feinsum.spec.canonical import canonicalize
 
         return canonicalize(self.einsum)
 
     @cached_property
     def isomorphism(self) -> Isomorphism:
         """kernel names -> canonical names (``feinsum.isomorphism(einsum, canonical)``)."""
-        from feinsum.canonical import isomorphism
+        from feinsum.spec.canonical import isomorphism
 
         # isomorphism() needs equal lengths: give the canonical symbols the kernel's values
         return isomorphism(self.einsum, self.canonical.with_lengths(self.canonical_lengths))
 
     @cached_property
     def canonical_key(self) -> str:
-        from feinsum.canonical import canonical_key
+        from feinsum.spec.canonical import canonical_key
 
         return canonical_key(self.einsum)
 
     @cached_property
     def canonical_lengths(self) -> dict[str, int]:
         """Values of the canonical length symbols the kernel fixes (long fixed loops)."""
-        from feinsum.canonical import canonical_lengths
+        from feinsum.spec.canonical import canonical_lengths
 
         return dict(canonical_lengths(self.einsum))
 

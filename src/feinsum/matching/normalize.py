@@ -26,7 +26,7 @@ _TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9]*|_|[0-9]+")
 
 def normalized_t_unit(match: Match) -> lp.TranslationUnit:
     """``feinsum.generate_loopy(match.canonical)``: what a recipe receives."""
-    from feinsum.lowering import generate_loopy
+    from feinsum.lowering.kernel import generate_loopy
 
     return generate_loopy(match.canonical)
 

@@ -116,7 +116,7 @@ def _is_implementation_tagged(knl: lp.LoopKernel, iname: str) -> bool:
 
 
 def _reduction_op_name(red: Any) -> str:
-    from feinsum.formulas import reduction_name
+    from feinsum.spec.formulas import reduction_name
 
     return reduction_name(red)
 
@@ -246,7 +246,7 @@ def remove_unit_loops(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str]]:
     (a reduction over them alone becomes its body); the loops go."""
     from loopy.symbolic import Reduction
 
-    from feinsum.formulas import walk
+    from feinsum.spec.formulas import walk
 
     # reductions whose single term is not their value (argmin's index, a custom op) keep
     # their unit loops

@@ -98,7 +98,7 @@ def transformed_einsum(match: Match, recipe: Any, params: Mapping[str, Any], dev
     rules expanded, loop nests pinned) as a :class:`~feinsum.matching.assemble.Part`."""
     import loopy as lp
 
-    from feinsum.lowering import KERNEL_NAME
+    from feinsum.lowering.kernel import KERNEL_NAME
     from feinsum.matching.assemble import Part
     from feinsum.matching.normalize import normalized_t_unit
 

@@ -38,7 +38,7 @@ def _misplaced_reductions(expr: Any) -> tuple[list[Any], list[Any]]:
     indices); the matcher reads the rest of that product as factors of it."""
     from loopy.symbolic import Reduction
 
-    from feinsum.formulas import reduction_name
+    from feinsum.spec.formulas import reduction_name
 
     outside: list[Any] = []
     inside: list[Any] = []
@@ -102,7 +102,7 @@ def _free_inames(red: Any, inames: set[str]) -> list[str]:
     """The loop indices *red* uses that it does not bind, in order of first use."""
     from loopy.symbolic import Reduction
 
-    from feinsum.formulas import walk
+    from feinsum.spec.formulas import walk
 
     bound: set[str] = set()
     order: list[str] = []
@@ -122,7 +122,7 @@ def _reads_only_global(knl: lp.LoopKernel, red: Any) -> bool:
     computed in the statement's loops cannot move to other loops)."""
     from loopy.kernel.data import AddressSpace
 
-    from feinsum.formulas import walk
+    from feinsum.spec.formulas import walk
 
     for e in walk(red):
         if isinstance(e, prim.Variable):
@@ -325,7 +325,7 @@ def _bound_inames(expr: Any) -> list[str]:
     """The loop indices the reductions of *expr* bind, in order of first appearance."""
     from loopy.symbolic import Reduction
 
-    from feinsum.formulas import walk
+    from feinsum.spec.formulas import walk
 
     found: list[str] = []
     for e in walk(expr):
@@ -365,7 +365,7 @@ def _operands(expr: Any) -> list[Any]:
     """The factors of the body of *expr*'s main sum reduction (none if it has none)."""
     from loopy.symbolic import Reduction
 
-    from feinsum.formulas import reduction_name
+    from feinsum.spec.formulas import reduction_name
 
     def factors(e: Any) -> list[Any]:
         if isinstance(e, prim.Product):
@@ -389,7 +389,7 @@ def _needs_array(knl: lp.LoopKernel, f: Any) -> bool:
     axis)."""
     from loopy.symbolic import Reduction
 
-    from feinsum.formulas import walk
+    from feinsum.spec.formulas import walk
 
     if isinstance(f, (int, float, complex, prim.Variable)):
         return False
@@ -431,7 +431,7 @@ def _small(knl: lp.LoopKernel, insn: Any, expr: Any) -> bool:
     from pymbolic import evaluate
     from pymbolic.mapper.dependency import DependencyMapper
 
-    from feinsum.formulas import walk
+    from feinsum.spec.formulas import walk
 
     big = 1 << 20
 

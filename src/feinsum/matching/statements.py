@@ -124,7 +124,7 @@ def _analyze_rhs(kk: _Kernel, state: _GroupState, where: str, rhs: Any,
     if isinstance(rhs, Reduction):
         k = _reduction_kind(rhs)
         if k is None:
-            from feinsum.formulas import reduction_name
+            from feinsum.spec.formulas import reduction_name
 
             raise _Reject(
                 f"reduction {reduction_name(rhs)!r} is not one feinsum holds (sum, min, max, "

@@ -27,7 +27,14 @@ from feinsum.recipes.loading import (
     load_recipes,
     recipe_files,
 )
-from feinsum.recipes.parameters import (
+from feinsum.recipes.recipe import (
+    BUILD_OPTION_FLAGS,
+    Recipe,
+    as_device_info,
+    standard_build_options,
+    toolbox_source_hash,
+)
+from feinsum.toolbox.parameters import (
     Boolean,
     Choice,
     Config,
@@ -41,16 +48,9 @@ from feinsum.recipes.parameters import (
     canonical_json,
     parameter_from_json,
 )
-from feinsum.recipes.recipe import (
-    BUILD_OPTION_FLAGS,
-    Recipe,
-    as_device_info,
-    standard_build_options,
-    toolbox_source_hash,
-)
 
 if TYPE_CHECKING:
-    from feinsum.spec import BatchedEinsum
+    from feinsum.spec.model import BatchedEinsum
 
 
 class RecipeWarning(UserWarning):
@@ -111,7 +111,7 @@ def recipes_for(einsum: BatchedEinsum, device: Any = None, path: PathArg = None,
     """Every recipe with whether it applies to *einsum* (canonicalised first) on *device*
     (``None``: the default device), sorted by name. A recipe whose ``applies`` raises is
     listed as not applying, with the failure as the reason."""
-    from feinsum.canonical import canonicalize
+    from feinsum.spec.canonical import canonicalize
 
     dev = as_device_info(device)
     e = canonicalize(einsum)

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from feinsum.errors import InvalidConfigurationError, RecipeError, RecipeFailure
-from feinsum.recipes.parameters import Config, ParameterSpace, canonical_json
+from feinsum.toolbox.parameters import Config, ParameterSpace, canonical_json
 
 if TYPE_CHECKING:
     import loopy as lp
 
-    from feinsum.devices import DeviceInfo
-    from feinsum.spec import BatchedEinsum
+    from feinsum.devices.opencl import DeviceInfo
+    from feinsum.spec.model import BatchedEinsum
 
 #: Boolean parameters with these names become OpenCL build options by default.
 BUILD_OPTION_FLAGS: dict[str, str] = {
@@ -41,9 +41,9 @@ def standard_build_options(params: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def as_device_info(device: Any) -> DeviceInfo:
-    """A :class:`~feinsum.devices.DeviceInfo` from a ``DeviceInfo``, a ``pyopencl.Device``,
+    """A :class:`~feinsum.devices.opencl.DeviceInfo` from a ``DeviceInfo``, a ``pyopencl.Device``,
     a device string or ``None`` (the default device)."""
-    from feinsum.devices import DeviceInfo, device_info, get_device
+    from feinsum.devices.opencl import DeviceInfo, device_info, get_device
 
     if isinstance(device, DeviceInfo):
         return device
@@ -55,10 +55,10 @@ def _source_hash(path: Path) -> str:
 
 
 def toolbox_source_hash() -> str:
-    """sha256 of ``feinsum/toolbox.py``: part of every recipe's version."""
-    import feinsum.toolbox
+    """sha256 of ``feinsum/toolbox/core.py``: part of every recipe's version."""
+    import feinsum.toolbox.core
 
-    return _source_hash(Path(feinsum.toolbox.__file__))
+    return _source_hash(Path(feinsum.toolbox.core.__file__))
 
 
 #: feinsum modules that cannot change the code a recipe generates: not part of its version.
@@ -78,10 +78,11 @@ def _feinsum_imports(path: Path) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names if a.name.startswith("feinsum."))
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "feinsum":  # from feinsum import toolbox as tb
-                names.update(f"feinsum.{a.name}" for a in node.names)
-            elif node.module.startswith("feinsum."):
+        elif (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+              and (node.module == "feinsum" or node.module.startswith("feinsum."))):
+            # from feinsum.toolbox import dense as td: the submodule (where it is one)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+            if node.module != "feinsum":
                 names.add(node.module)
     return {n for n in names if not n.startswith(_NOT_CODEGEN)}
 
@@ -93,7 +94,7 @@ def code_dependencies(path: Path) -> dict[str, Path]:
     import importlib.util
 
     found: dict[str, Path] = {}
-    todo = sorted(_feinsum_imports(path) | {"feinsum.toolbox"})
+    todo = sorted(_feinsum_imports(path) | {"feinsum.toolbox.core"})
     while todo:
         name = todo.pop()
         if name in found:
@@ -121,7 +122,7 @@ class Recipe:
 
     :arg name: unique name (the database keys timings by name and :attr:`version`).
     :arg applies: ``applies(e, device) -> str | None``: ``None`` if the recipe applies to
-        the canonical spec *e* on *device* (a :class:`~feinsum.devices.DeviceInfo`), else the
+        the canonical spec *e* on *device* (a :class:`~feinsum.devices.opencl.DeviceInfo`), else the
         reason it does not.
     :arg space: ``space(e, device) -> ParameterSpace`` with the constraints.
     :arg default: ``default(e, device) -> dict``: a heuristic configuration (must be valid).
@@ -288,7 +289,7 @@ class Recipe:
                                 "not a loopy.TranslationUnit")
             opts = self.build_options(config)
             if opts:
-                from feinsum.toolbox import add_build_options
+                from feinsum.toolbox.core import add_build_options
 
                 result = add_build_options(result, opts)
         except RecipeFailure:

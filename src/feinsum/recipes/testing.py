@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from feinsum.recipes.parameters import Config, canonical_json
+import feinsum.reductions  # noqa: F401  (registers the block-sparse lowering)
 from feinsum.recipes.recipe import Recipe, as_device_info
-from feinsum.spec import BatchedEinsum
+from feinsum.spec.model import BatchedEinsum
+from feinsum.toolbox.parameters import Config, canonical_json
 
 #: Values tried for length symbols: multiples of no power of two above 1.
 ODD_LENGTHS = (1, 7, 37, 45, 73, 261, 301)
@@ -41,7 +42,7 @@ def run_kernel(t_unit: Any, e: BatchedEinsum, lengths: Mapping[str, int], queue:
                ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Run *t_unit* (a kernel for canonical *e*) on random inputs at *lengths*; return its
     outputs and :func:`feinsum.evaluate`'s, by output name."""
-    from feinsum.measurement import random_inputs, reference_outputs
+    from feinsum.lowering.validation import random_inputs, reference_outputs
 
     inputs = random_inputs(e, lengths, seed)
     args = {**inputs, **{k: np.int32(v) for k, v in lengths.items()}, **(extra_args or {})}
@@ -61,8 +62,8 @@ def check_configuration(recipe: Recipe, e: BatchedEinsum, params: Mapping[str, A
     """Apply *recipe* with *params* to canonical *e*, build once, run at every entry of
     *lengths*; ``None`` if every output matches :func:`feinsum.evaluate`, else what is
     wrong (a recipe failure, a build error or the mismatch)."""
-    from feinsum.lowering import generate_loopy
-    from feinsum.measurement import compare, reduction_length, tolerance
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.lowering.validation import compare, reduction_length, tolerance
 
     device = as_device_info(queue.device)
     try:
@@ -101,7 +102,7 @@ def check_random_configurations(
     (canonicalised here; give long axes as symbols so one build serves several lengths),
     each run at *lengths_per_build* random odd lengths. Returns every case; the failing
     ones have an :attr:`Case.error`."""
-    from feinsum.canonical import canonicalize
+    from feinsum.spec.canonical import canonicalize
 
     rng = np.random.default_rng(seed)
     device = as_device_info(queue.device)

@@ -7,8 +7,8 @@ of older recipe versions they consider; :func:`revalidate` does it for a whole d
 (``feinsum db revalidate``).
 
 Generating a record's code is ``generate_loopy`` of its canonical spec, the recipe's
-``apply`` with its configuration and its device's :class:`~feinsum.devices.DeviceInfo`
-(read from the database), and loopy's code generation (:mod:`feinsum.fingerprint`): no
+``apply`` with its configuration and its device's :class:`~feinsum.devices.opencl.DeviceInfo`
+(read from the database), and loopy's code generation (:mod:`feinsum.timing.fingerprint`): no
 OpenCL device is opened, nothing is built or run. Results are cached per process, per
 (recipe version, loopy version, spec, device, configuration).
 """
@@ -55,11 +55,11 @@ def _regenerate(job: _Job, recipe: Recipe | None = None) -> Regenerated:
     """The fingerprint of *job*'s code (in a worker process, or here with *recipe*)."""
     import json
 
-    from feinsum.devices import DeviceInfo
-    from feinsum.fingerprint import code_fingerprint
-    from feinsum.lowering import generate_loopy
-    from feinsum.measurement import UNTRANSFORMED
-    from feinsum.serialize import spec_from_json
+    from feinsum.devices.opencl import DeviceInfo
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.spec.serialize import spec_from_json
+    from feinsum.timing.fingerprint import code_fingerprint
+    from feinsum.timing.measurement import UNTRANSFORMED
 
     try:
         with warnings.catch_warnings():
@@ -93,8 +93,8 @@ class CurrentRecipes(Mapping[str, str]):
 
     def __init__(self, recipes: Sequence[Recipe] | None = None, *, recipe_path: Any = None,
                  jobs: int = 1) -> None:
-        from feinsum.fingerprint import loopy_version
-        from feinsum.measurement import UNTRANSFORMED, untransformed_version
+        from feinsum.timing.fingerprint import loopy_version
+        from feinsum.timing.measurement import UNTRANSFORMED, untransformed_version
 
         if recipes is None:
             from feinsum.recipes import recipes as all_recipes
@@ -129,7 +129,7 @@ class CurrentRecipes(Mapping[str, str]):
         return self._loopy
 
     def comparable(self, fingerprint: str | None) -> bool:
-        from feinsum.fingerprint import is_comparable
+        from feinsum.timing.fingerprint import is_comparable
 
         return is_comparable(fingerprint)
 
@@ -199,8 +199,8 @@ def _in_workers(jobs: Mapping[tuple[str, ...], _Job], workers: int
 
 @contextlib.contextmanager
 def _hash_seed() -> Iterator[None]:
-    """Processes spawned meanwhile run with :data:`feinsum.isolation.CODE_HASH_SEED`."""
-    from feinsum.isolation import CODE_HASH_SEED
+    """Processes spawned meanwhile run with :data:`feinsum.timing.isolation.CODE_HASH_SEED`."""
+    from feinsum.timing.isolation import CODE_HASH_SEED
 
     before = os.environ.get("PYTHONHASHSEED")
     os.environ["PYTHONHASHSEED"] = CODE_HASH_SEED

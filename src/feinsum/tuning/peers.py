@@ -15,10 +15,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from feinsum.spec import Array
+from feinsum.spec.model import Array
 
 if TYPE_CHECKING:
-    from feinsum.spec import BatchedEinsum
+    from feinsum.spec.model import BatchedEinsum
 
 
 def _time(fn: Callable[[], Any], min_samples: int, min_time: float, max_time: float) -> float:
@@ -56,7 +56,7 @@ def peer_functions(e: BatchedEinsum, inputs: Mapping[str, Any]
     """The peers available for *e* (lengths fixed) as zero-argument callables."""
     rows = _plain_rows(e)
     if rows is None:
-        from feinsum.reference import evaluate
+        from feinsum.lowering.reference import evaluate
 
         return {"numpy (feinsum.evaluate)": lambda: evaluate(e, dict(inputs))}
     import numpy as np

@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from feinsum.measurement import Measurement
+    from feinsum.timing.measurement import Measurement
     from feinsum.tuning.session import TuningResult
 
 

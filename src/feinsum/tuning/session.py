@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from feinsum.errors import InvalidConfigurationError, RecipeError, TuningError
-from feinsum.measurement import (
+from feinsum.timing.measurement import (
     UNTRANSFORMED,
     Candidate,
     Measurement,
@@ -36,10 +36,10 @@ from feinsum.tuning.strategies import (
 )
 
 if TYPE_CHECKING:
-    from feinsum.devices import DeviceInfo
+    from feinsum.devices.opencl import DeviceInfo
     from feinsum.recipes import ParameterSpace, Recipe
-    from feinsum.roofline import Roofline
-    from feinsum.spec import BatchedEinsum
+    from feinsum.spec.model import BatchedEinsum
+    from feinsum.timing.roofline import Roofline
 
 #: Evaluations per tuning run when no budget is given (shared by the competing recipes).
 DEFAULT_BUDGET = 100
@@ -314,12 +314,12 @@ def autotune(
         ``distributed.Lock``). The interval each candidate held it is recorded.
     :arg origin: how the einsum was given, recorded with it the first time
         (:func:`feinsum.database.einsum_origin`; default: *einsum* and *lengths* as given).
-    :arg options: :class:`~feinsum.measurement.MeasureOptions` fields (``min_samples``,
+    :arg options: :class:`~feinsum.timing.measurement.MeasureOptions` fields (``min_samples``,
         ``min_time``, ``build_timeout``, ``run_timeout``, ``validate_full``, ...).
     """
     from feinsum.database.resolve import optional_database
-    from feinsum.devices import device_info, get_device
-    from feinsum.roofline import measure_roofline
+    from feinsum.devices.opencl import device_info, get_device
+    from feinsum.timing.roofline import measure_roofline
     from feinsum.tuning.codecheck import default_jobs
     from feinsum.tuning.peers import time_peers
 
@@ -362,7 +362,7 @@ def autotune(
                       (fixed or {}).get(r.name), opts, roof) for r in chosen]
     base_m: Measurement | None = None
     if baseline:
-        from feinsum.measurement import untransformed_version
+        from feinsum.timing.measurement import untransformed_version
 
         old = records.records(UNTRANSFORMED, untransformed_version())
         base_m = _from_record(old[0], target, opts.spread_limit, roof) if old else None
@@ -467,7 +467,7 @@ class _Run:
     def search(self, workers: int | None, title: str, progress: bool, need_baseline: bool,
                known_baseline: Measurement | None) -> tuple[list[Measurement],
                                                               Measurement | None]:
-        from feinsum.isolation import WorkerPool
+        from feinsum.timing.isolation import WorkerPool
         from feinsum.tuning.progress import Progress
 
         bar = Progress(progress, self._total(), self.time_limit, title)

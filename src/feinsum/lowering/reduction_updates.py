@@ -1,0 +1,211 @@
+"""Online updates of every reduction kind as explicit loopy statements.
+
+The kernel-reduction templates (:mod:`feinsum.reductions.templates`, ``transforms/tiled_1d.py``)
+and the block-sparse reference lowering (:mod:`feinsum.reductions.block_sparse`) fold one term at a
+time into accumulators they declare themselves:
+
+* :class:`Updater` emits the online update of each reduction kind as explicit loopy
+  statements (``if(cond, a, b)`` selects, no ``fmin``/``fmax``), which stay valid when
+  the accumulators are OpenCL vectors: ``sum``; ``min``/``max`` (NaN propagates);
+  ``argmin``/``argmax`` (ties to the smallest index, NaN wins at its first index);
+  ``logsumexp`` as a (max, scaled sum) pair with one ``exp`` per term;
+* :func:`neutral_value` is the value of an empty reduction;
+* :func:`enable_vector_calls` lets loopy vectorize OpenCL's elementwise math builtins
+  (``exp``, ``sqrt``...) over a ``vec`` iname: OpenCL overloads them for vector types,
+  but loopy 2025.2 refuses every call under ``vec`` and silently falls back to
+  per-lane scalar code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pymbolic.primitives as prim
+
+from feinsum.spec.model import INDEX_REDUCTIONS
+
+#: OpenCL builtins that act elementwise on vector types.
+ELEMENTWISE_FUNCTIONS = frozenset({
+    "exp", "log", "sqrt", "rsqrt", "fabs", "abs", "sin", "cos", "tan", "tanh", "sinh", "cosh",
+    "log1p", "expm1", "erf", "floor", "ceil", "fmin", "fmax", "exp2", "log2", "pow",
+})
+
+
+# {{{ loopy vectorization of elementwise calls
+
+
+def enable_vector_calls() -> None:
+    """Let loopy's vectorizability check accept elementwise OpenCL builtins on vectors."""
+    import loopy.expression as lexpr
+
+    checker = lexpr.VectorizabilityChecker
+    if getattr(checker.map_call, "_feinsum", False):
+        return
+    original = checker.map_call
+
+    def map_call(self: Any, expr: prim.Call) -> bool:
+        fn = expr.function
+        name = getattr(fn, "name", None)
+        if name is None:  # ResolvedFunction
+            name = getattr(getattr(fn, "function", None), "name", None)
+        if name in ELEMENTWISE_FUNCTIONS:
+            return any([self.rec(p) for p in expr.parameters])
+        return bool(original(self, expr))
+
+    map_call._feinsum = True  # type: ignore[attr-defined]
+    checker.map_call = map_call  # type: ignore[method-assign]
+
+
+# }}}
+
+
+# {{{ online reduction updates as explicit statements
+
+
+def select_better(new: Any, old: Any, cmp: str) -> Any:
+    """``new`` if it beats ``old`` (``cmp`` ``<`` for min) or is NaN, else ``old``; with
+    comparisons and selects only (vectorizable)."""
+    return prim.If(prim.Comparison(new, cmp, old), new,
+                   prim.If(prim.Comparison(new, "!=", new), new, old))
+
+
+def neutral_value(kind: str, dtype: np.dtype[Any]) -> Any:
+    """The value of an empty reduction: 0, +inf (min), -inf (max, logsumexp); the extreme
+    values of integer dtypes."""
+    if kind == "sum":
+        return dtype.type(0)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return dtype.type(info.max if kind in ("min", "argmin") else info.min)
+    if kind in ("min", "argmin"):
+        return dtype.type(np.inf)
+    return dtype.type(-np.inf)
+
+
+@dataclass(frozen=True)
+class Updater:
+    """Statements of one accumulator of reduction ``kind``.
+
+    Temporaries (names given by the template, shapes decided by it): ``acc`` (value; for
+    logsumexp the running maximum), ``aux`` (argmin/argmax: the index, in ``index_dtype``;
+    logsumexp: the scaled sum). ``acc_ref``/``aux_ref`` are the accesses
+    (``acc[3, ii]``), ``value`` the expression of the new term, ``index`` its reduction
+    index (an expression, for argmin/argmax). All selects are written so that vector
+    accumulators work.
+    """
+
+    kind: str
+    dtype: np.dtype[Any]
+
+    @property
+    def index_dtype(self) -> np.dtype[Any]:
+        """Index accumulator dtype: as wide as the value (a vector select needs equal widths)."""
+        return np.dtype(np.int64) if self.dtype.itemsize == 8 else np.dtype(np.int32)
+
+    @property
+    def needs_aux(self) -> bool:
+        """Whether the accumulator has a second temporary ``aux``."""
+        return self.kind in ("argmin", "argmax", "logsumexp")
+
+    @property
+    def aux_dtype(self) -> np.dtype[Any]:
+        """The dtype of ``aux``: the index dtype (argmin/argmax), else the value dtype."""
+        return self.index_dtype if self.kind in INDEX_REDUCTIONS else self.dtype
+
+    def init(self, acc: Any, aux: Any) -> list[tuple[Any, Any]]:
+        """(assignee, expression) pairs initialising the accumulator."""
+        out = [(acc, neutral_value(self.kind, self.dtype))]
+        if self.kind in INDEX_REDUCTIONS:
+            out.append((aux, self.index_dtype.type(-1)))
+        elif self.kind == "logsumexp":
+            out.append((aux, self.dtype.type(0)))
+        return out
+
+    def update(self, acc: Any, aux: Any, value: Any, index: Any = None,
+               *, ordered: bool = True) -> list[tuple[Any, Any]]:
+        """(assignee, expression) pairs folding ``value`` into the accumulator, in order
+        (each reads the accumulators as left by the previous one). ``ordered``: terms
+        arrive in increasing index order (else argmin/argmax compare indices on ties)."""
+        k = self.kind
+        if k == "sum":
+            return [(acc, prim.Sum((acc, value)))]
+        if k in ("min", "max"):
+            return [(acc, select_better(value, acc, "<" if k == "min" else ">"))]
+        if k in INDEX_REDUCTIONS:
+            cmp = "<" if k == "argmin" else ">"
+            better = prim.Comparison(value, cmp, acc)
+            is_nan = prim.Comparison(value, "!=", value)
+            acc_nan = prim.Comparison(acc, "!=", acc)
+            if ordered:
+                # first strictly better term wins; the first NaN wins and stays
+                new_idx = prim.If(better, index, prim.If(is_nan, prim.If(acc_nan, aux, index),
+                                                          aux))
+                return [(aux, new_idx), (acc, select_better(value, acc, cmp))]
+            # any order: compare indices on ties; comparisons and selects only (no
+            # logical operators, which loopy does not vectorize); aux < 0: empty so far
+            smaller = prim.Comparison(index, "<", aux)
+            empty = prim.Comparison(aux, "<", 0)
+            numbers = prim.If(better, index, prim.If(
+                prim.Comparison(value, "==", acc),
+                prim.If(smaller, index, prim.If(empty, index, aux)), aux))
+            new_idx = prim.If(is_nan, prim.If(acc_nan, prim.If(smaller, index, aux), index),
+                              prim.If(acc_nan, aux, numbers))
+            new_acc = prim.If(is_nan, value, prim.If(acc_nan, acc, prim.If(better, value, acc)))
+            return [(aux, new_idx), (acc, new_acc)]
+        if k == "logsumexp":
+            # acc = running max m, aux = sum of exp(v - m); one exp per term:
+            # d = v - m; t = exp(-|d|); d > 0: s = s*t + 1, m = v; d <= 0: s += t;
+            # d NaN (v NaN, or both infinite of one sign): s unchanged, m = NaN if v is.
+            d = prim.Sum((value, prim.Product((-1, acc))))
+            t = prim.Call(prim.Variable("exp"),
+                          (prim.Product((-1, prim.Call(prim.Variable("fabs"), (d,)))),))
+            pos = prim.Comparison(d, ">", 0)
+            nonpos = prim.Comparison(d, "<=", 0)
+            one = self.dtype.type(1)
+            return [
+                (aux, prim.If(pos, prim.Sum((prim.Product((aux, t)), one)),
+                              prim.If(nonpos, prim.Sum((aux, t)), aux))),
+                (acc, prim.If(pos, value, prim.If(prim.Comparison(value, "!=", value),
+                                                  value, acc))),
+            ]
+        raise ValueError(f"unknown reduction {k!r}")
+
+    def combine(self, acc: Any, aux: Any, acc2: Any, aux2: Any) -> list[tuple[Any, Any]]:
+        """Fold a partial accumulator (``acc2``, ``aux2``) into (``acc``, ``aux``) (scalars;
+        for two-pass schemes)."""
+        k = self.kind
+        if k == "sum":
+            return [(acc, prim.Sum((acc, acc2)))]
+        if k in ("min", "max"):
+            return [(acc, select_better(acc2, acc, "<" if k == "min" else ">"))]
+        if k in INDEX_REDUCTIONS:
+            return self.update(acc, aux, acc2, aux2, ordered=False)
+        # logsumexp pairs (m, s): m' = max(m, m2); s' = s exp(m - m') + s2 exp(m2 - m')
+        mx = prim.If(prim.Comparison(acc2, ">", acc), acc2, acc)
+        nan = prim.LogicalOr((prim.Comparison(acc, "!=", acc),
+                              prim.Comparison(acc2, "!=", acc2)))
+        inf = prim.Comparison(prim.Call(prim.Variable("fabs"), (mx,)), "==",
+                              self.dtype.type(np.inf))
+
+        def scaled(s: Any, m: Any) -> Any:
+            return prim.If(prim.Comparison(s, "==", 0), s, prim.Product((
+                s, prim.Call(prim.Variable("exp"), (prim.Sum((m, prim.Product((-1, mx)))),)))))
+
+        return [
+            (aux, prim.If(nan, aux, prim.If(inf, prim.Sum((aux, aux2)),
+                                            prim.Sum((scaled(aux, acc), scaled(aux2, acc2)))))),
+            (acc, prim.If(prim.Comparison(acc2, "!=", acc2), acc2, prim.If(nan, acc, mx))),
+        ]
+
+    def result(self, acc: Any, aux: Any) -> Any:
+        """The reduced value from the accumulator."""
+        if self.kind == "logsumexp":
+            return prim.Sum((acc, prim.Call(prim.Variable("log"), (aux,))))
+        return acc
+
+
+# }}}
+
+# vim: foldmethod=marker
