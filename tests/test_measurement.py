@@ -128,7 +128,7 @@ def test_validation_at_full_lengths():
 
 
 def test_roofline_microbenchmarks_and_reuse(monkeypatch, tmp_path):
-    from feinsum.measure import roofline as rl
+    from feinsum.timing import roofline as rl
 
     real = rl.run_microbenchmarks
     calls = []

@@ -82,7 +82,8 @@ def test_wheel_ships_the_directory(dists: dict[str, Path], directory: str) -> No
 def test_wheel_package_and_entry_point(dists: dict[str, Path]) -> None:
     with zipfile.ZipFile(dists["wheel"]) as zf:
         names = set(zf.namelist())
-    for module in ("__init__.py", "spec.py", "errors.py", "devices.py"):
+    for module in ("__init__.py", "spec/model.py", "errors.py", "devices/opencl.py",
+                   "toolbox/parameters.py", "timing/single.py"):
         assert f"feinsum/{module}" in names
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "docs/"))]
     entry_points = configparser.ConfigParser()

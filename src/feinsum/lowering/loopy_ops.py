@@ -191,6 +191,10 @@ class MathCallable(ScalarCallable):
         return (self.copy(arg_id_to_dtype=constantdict({0: t, -1: t}), name_in_target=self.name),
                 clbl_inf_ctx)
 
+    def update_persistent_hash(self, key_hash: Any, key_builder: Any) -> None:
+        key_builder.update_for_dataclass(key_hash, self)
+        key_builder.rec(key_hash, _SOURCE_DIGEST)
+
 
 def register_extra_functions(t_unit: Any, names: Any) -> Any:
     """*t_unit* with :class:`MathCallable` registered for those of *names* in
