@@ -12,7 +12,6 @@ import pymbolic.primitives as prim
 import pytest
 
 import feinsum
-from feinsum.spec import formulas
 from feinsum.errors import (
     DTypeError,
     FeinsumError,
@@ -28,6 +27,7 @@ from feinsum.spec import (
     Array,
     BatchedEinsum,
     BlockSparse,
+    formulas,
     parse_subscripts,
 )
 

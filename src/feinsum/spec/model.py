@@ -170,9 +170,9 @@ class Formula:
             _check_identifier(a, f"formula {self.name!r}: an argument")
         if len(set(self.arguments)) != len(self.arguments):
             raise FormulaError(f"formula {self.name!r}: repeated argument in {self.arguments}")
-        for a in self.arrays:
-            if not isinstance(a, Array):
-                raise FormulaError(f"formula {self.name!r}: {a!r} is not a feinsum.array")
+        for operand in self.arrays:
+            if not isinstance(operand, Array):
+                raise FormulaError(f"formula {self.name!r}: {operand!r} is not a feinsum.array")
         # imported here: formula analysis needs loopy, which is slow to import
         from feinsum.spec.formulas import check_formula
 
