@@ -160,7 +160,7 @@ def check_feinsum_error(exc: BaseException) -> None:
     assert BUG not in str(exc), str(exc)
 
 
-@settings(max_examples=300, deadline=None,
+@settings(max_examples=300, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(kernels())
 def test_matcher_raises_only_feinsum_errors(knl: Any) -> None:
@@ -206,7 +206,7 @@ def _run(t_unit: Any, queue: Any, arrays: dict[str, np.ndarray], n: int) -> dict
     return {k: v.get() if hasattr(v, "get") else v for k, v in out.items()}
 
 
-@settings(max_examples=10, deadline=None,
+@settings(max_examples=10, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(kernels(), st.integers(0, 2**31 - 1))
 def test_hook_keeps_what_kernels_compute(knl: Any, seed: int) -> None:

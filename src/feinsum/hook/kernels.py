@@ -152,10 +152,12 @@ def schedule_problem(t_unit: Any, names: Sequence[str]) -> str | None:
     whose types loopy cannot infer yet (dtypes given only at the call) is not checked:
     its caller's code generation will.
 
-    Only whether a schedule exists is checked: loopy's check that accesses are ordered
+    Whether a schedule exists and passes loopy's checks before code generation is
+    checked: loopy's check that accesses are ordered
     (the code generation of the caller runs it) and its on-disk caches (which feinsum's
     kernels do not hit across processes) are left out, the bulk of the time."""
     import loopy as lp
+    from loopy.check import pre_codegen_callable_checks
     from loopy.schedule import get_one_linearized_kernel
 
     typed = _typed_for_check(t_unit)
@@ -168,7 +170,9 @@ def schedule_problem(t_unit: Any, names: Sequence[str]) -> str | None:
                     typed[name], enforce_variable_access_ordered="no_check"))
             t = lp.preprocess_program(typed)
             for name in names:
-                get_one_linearized_kernel(t[name], t.callables_table)
+                linearized = get_one_linearized_kernel(t[name], t.callables_table)
+                # what code generation checks first (hardware axes every statement uses...)
+                pre_codegen_callable_checks(linearized, t.callables_table)
     except Exception as exc:  # any loopy failure means: not usable
         text = str(exc).splitlines()[0] if str(exc) else ""
         return f"{type(exc).__name__}: {text}"[:300]

@@ -519,24 +519,4 @@ def _relength(e: BatchedEinsum, lengths: Mapping[str, Length]) -> BatchedEinsum:
 
 # }}}
 
-
-__all__ = [
-    "INDEX_REDUCTIONS",
-    "LONG_THRESHOLD",
-    "REDUCTION_KINDS",
-    "SUPPORTED_DTYPES",
-    "Array",
-    "BatchedEinsum",
-    "BlockSparse",
-    "Factor",
-    "Formula",
-    "Length",
-    "Operand",
-    "ReductionKind",
-    "array",
-    "as_dtype",
-    "formula",
-    "is_long",
-]
-
 # vim: foldmethod=marker
