@@ -56,6 +56,22 @@ def _operator_bytes(e: Any) -> int:
     return td.operator_entries(e) * _itemsize(e)
 
 
+def _least_private(e: Any, last: int | None) -> int:
+    """Private bytes of the smallest configuration with this plan (one lane, accumulator)."""
+    return _private_bytes(e, {"last": last, "lanes": "elements", "acc1": 1, "acc2": 1,
+                              "vec": 1})
+
+
+def _applies(e: Any, device: Any) -> str | None:
+    why = td.element_reason(e)
+    lasts = [None, *range(e.noperands)] if why is None and e.noperands >= 3 else [None]
+    least = None if why else min(_least_private(e, c) for c in lasts)
+    if least is not None and least > device.private_bytes_per_work_item:
+        return (f"every configuration needs {least} private bytes per work-item, more than "
+                f"the device's private_bytes_per_work_item ({device.private_bytes_per_work_item})")
+    return why
+
+
 def _space(e: Any, device: Any) -> rc.ParameterSpace:
     maxwg = min(device.max_work_group_size, device.max_work_item_sizes[0])
     lanes = 2 * _native_lanes(e, device)
@@ -105,7 +121,8 @@ def _best_acc(n: int, budget: int) -> int:
 def _default(e: Any, device: Any) -> dict[str, Any]:
     options = [None, *range(e.noperands)] if e.noperands >= 3 else [None]
     lane = td.lane_index(e)
-    last = min(options, key=lambda c: td.stage_flops(e, td.element_stages(e, c, lane)))
+    last = min(options, key=lambda c: (_least_private(e, c) > device.private_bytes_per_work_item,
+                                       td.stage_flops(e, td.element_stages(e, c, lane))))
     stages = td.element_stages(e, last, lane)
     lanes = _native_lanes(e, device) if device.is_cpu else 1
     accs = []
@@ -123,6 +140,9 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     while _private_bytes(e, cfg) > device.private_bytes_per_work_item and (
             cfg["vec"] > 1 and not lane):
         cfg["vec"] //= 2
+    while _private_bytes(e, cfg) > device.private_bytes_per_work_item and max(
+            cfg["acc1"], cfg["acc2"]) > 1:  # fewer accumulators (A100's 7 KiB: x4 fields)
+        cfg["acc1" if cfg["acc1"] >= cfg["acc2"] else "acc2"] -= 1
     return cfg
 
 
@@ -138,7 +158,7 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
 
 
 RECIPE = rc.Recipe(
-    "dg_operator", applies=lambda e, device: td.element_reason(e), space=_space,
+    "dg_operator", applies=_applies, space=_space,
     default=_default, apply=_apply,
     description="Element-batched small operators (DG): elements as vector lanes, "
     "multi-stage contraction with independent accumulators, fields sharing loops.",

@@ -60,6 +60,11 @@ def _applies(e: Any, device: Any) -> str | None:
     if staged > device.local_mem_size:
         return (f"the operator takes {staged >> 10} KiB of local memory, the device has "
                 f"{device.local_mem_size >> 10} KiB")
+    least = min(_private(e, {"last": c, "vec": _vecs(e, device)[0], "elements": 1})
+                for c in _lasts(e))
+    if least > device.private_bytes_per_work_item:
+        return (f"every configuration needs {least} private bytes per work-item, more than "
+                f"the device's private_bytes_per_work_item ({device.private_bytes_per_work_item})")
     accs = _accumulators(e, device)
     fewest = min(_registers(e, v, 1, _native(e, device)) for v in _vecs(e, device))
     if fewest > accs:
@@ -99,8 +104,10 @@ def _private(e: Any, p: dict[str, Any]) -> int:
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
     lasts = _lasts(e)
-    last = min(lasts, key=lambda c: td.stage_flops(e, td.element_stages(e, c)))
     vec = min(VEC[-1], _native(e, device)) if device.is_cpu else 1
+    last = min(lasts, key=lambda c: (_private(e, {"last": c, "vec": vec, "elements": 1})
+                                     > device.private_bytes_per_work_item,
+                                     td.stage_flops(e, td.element_stages(e, c))))
     cfg = {"last": last, "vec": vec,
            "work_items": CPU_WORK_ITEMS if device.is_cpu else device.default_work_items,
            "elements": 2, "blocks": CPU_BLOCKS if device.is_cpu else 1, "unroll": 4,
