@@ -37,11 +37,6 @@ def _native_lanes(e: Any, device: Any) -> int:
     return int(device.native_lanes(_itemsize(e)))
 
 
-def _registers(e: Any, device: Any) -> int:
-    """Accumulator lanes: half the vector registers (the rest hold gathered operands)."""
-    return device.vector_registers(_itemsize(e)) // 2 * _native_lanes(e, device)
-
-
 def _lane(e: Any, p: dict[str, Any]) -> str | None:
     return td.lane_index(e) if p["lanes"] == "index" else None
 
@@ -52,31 +47,33 @@ def _private_bytes(e: Any, p: dict[str, Any]) -> int:
     return td.private_entries(e, stages, (p["acc1"], p["acc2"])) * _itemsize(e) * p["vec"]
 
 
-def _operator_bytes(e: Any) -> int:
-    return td.operator_entries(e) * _itemsize(e)
-
-
 def _least_private(e: Any, last: int | None) -> int:
     """Private bytes of the smallest configuration with this plan (one lane, accumulator)."""
     return _private_bytes(e, {"last": last, "lanes": "elements", "acc1": 1, "acc2": 1,
                               "vec": 1})
 
 
+def _lasts(e: Any) -> list[int | None]:
+    return [None, *range(e.noperands)] if e.noperands >= 3 else [None]
+
+
 def _applies(e: Any, device: Any) -> str | None:
-    why = td.element_reason(e)
-    lasts = [None, *range(e.noperands)] if why is None and e.noperands >= 3 else [None]
-    least = None if why else min(_least_private(e, c) for c in lasts)
-    if least is not None and least > device.private_bytes_per_work_item:
-        return (f"every configuration needs {least} private bytes per work-item, more than "
-                f"the device's private_bytes_per_work_item ({device.private_bytes_per_work_item})")
-    return why
+    if why := td.element_reason(e):
+        return why
+    least, limit = min(_least_private(e, c) for c in _lasts(e)), (
+        device.private_bytes_per_work_item)
+    return None if least <= limit else (
+        f"every configuration needs {least} private bytes per work-item, more than the "
+        f"device's private_bytes_per_work_item ({limit})")
 
 
 def _space(e: Any, device: Any) -> rc.ParameterSpace:
     maxwg = min(device.max_work_group_size, device.max_work_item_sizes[0])
     lanes = 2 * _native_lanes(e, device)
-    regs, private = _registers(e, device), device.private_bytes_per_work_item
-    lasts = [None, *range(e.noperands)] if e.noperands >= 3 else [None]
+    # accumulator lanes: half the vector registers (the rest hold gathered operands)
+    regs = device.vector_registers(_itemsize(e)) // 2 * _native_lanes(e, device)
+    private = device.private_bytes_per_work_item
+    lasts = _lasts(e)
     B = int(e.lengths[e.out_indices[-1]]) if td.lane_index(e) else 0
     params = {
         "last": rc.Choice(lasts), "vec": rc.Choice([v for v in VEC if v <= lanes or v == B]),
@@ -97,7 +94,8 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
         rc.at_most("group_private", lambda p: _private_bytes(e, p) * p["work_items"],
                    device.group_private_bytes, "private bytes x work_items <= the device's "
                    "group_private_bytes (CPUs: PoCL runs a work-group on one stack)"),
-        rc.at_most("local_memory", lambda p: _operator_bytes(e) * p["local_operator"],
+        rc.at_most("local_memory", lambda p: td.operator_entries(e) * _itemsize(e)
+                   * p["local_operator"],
                 device.local_mem_size, "staged operator <= local_mem_size"),
         rc.Constraint("single_stage_acc", lambda p: len(td.element_stages(e, p["last"])) > 1
                    or p["acc2"] == 1, "acc2 = 1 when the plan has one stage"),
@@ -119,7 +117,7 @@ def _best_acc(n: int, budget: int) -> int:
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
-    options = [None, *range(e.noperands)] if e.noperands >= 3 else [None]
+    options = _lasts(e)
     lane = td.lane_index(e)
     last = min(options, key=lambda c: (_least_private(e, c) > device.private_bytes_per_work_item,
                                        td.stage_flops(e, td.element_stages(e, c, lane))))

@@ -12,6 +12,7 @@ by :func:`feinsum.devices.device_info` gets the model fields of the model its na
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from feinsum.devices import DeviceInfo
 from feinsum.errors import DeviceError
@@ -29,14 +30,14 @@ class DeviceModel:
 
 
 def _gpu(platform: str, platform_version: str, vendor: str, name: str, driver: str,
-         opencl: str, **kw: object) -> DeviceInfo:
+         opencl: str, **kw: Any) -> DeviceInfo:
     return DeviceInfo(platform_name=platform, platform_version=platform_version,
                       vendor=vendor, name=name, driver_version=driver, opencl_version=opencl,
-                      device_type="GPU", **kw)  # type: ignore[arg-type]
+                      device_type="GPU", **kw)
 
 
 _NV = ("NVIDIA CUDA", "OpenCL 3.0 CUDA 12.4.131", "NVIDIA Corporation")
-_NV_COMMON = dict(max_work_group_size=1024, max_work_item_sizes=(1024, 1024, 64),
+_NV_COMMON: dict[str, Any] = dict(max_work_group_size=1024, max_work_item_sizes=(1024, 1024, 64),
                   local_mem_size=48 * KiB, max_constant_buffer_size=64 * KiB,
                   preferred_vector_width_float=1, preferred_vector_width_double=1,
                   native_vector_width_float=1, native_vector_width_double=1, has_fp64=True,
@@ -44,7 +45,7 @@ _NV_COMMON = dict(max_work_group_size=1024, max_work_item_sizes=(1024, 1024, 64)
                   registers_per_compute_unit=65536, fp64_rate=0.5)
 _AMD = ("AMD Accelerated Parallel Processing", "OpenCL 2.1 AMD-APP (3614.0)",
         "Advanced Micro Devices, Inc.")
-_AMD_COMMON = dict(max_work_group_size=256, max_work_item_sizes=(1024, 1024, 1024),
+_AMD_COMMON: dict[str, Any] = dict(max_work_group_size=256, max_work_item_sizes=(1024, 1024, 1024),
                    local_mem_size=64 * KiB, max_constant_buffer_size=4 * GiB,
                    preferred_vector_width_float=1, preferred_vector_width_double=1,
                    native_vector_width_float=1, native_vector_width_double=1, has_fp64=True,
