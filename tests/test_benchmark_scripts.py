@@ -26,6 +26,8 @@ CASES = {
                 "--only", "local", "gemm"], ["local", "gemm", "best of"]),
     "elementwise": (["bench_elementwise.py", "--quick", "--configs", "1", "--only",
                      "scale_cols"], ["copy bandwidth", "feinsum default", "feinsum tuned"]),
+    "gpu": (["bench_gpu.py", "--quick", "--budget", "1", "--only", "local", "gaussian"],
+            ["device:", "roofline measured", "local", "gaussian", "fastest peer"]),
     "kernel_reductions": (["bench_kernel_reductions.py", "--sizes", "1000", "--no-keops",
                            "--only", "nn"], ["feinsum"]),
     "query": (["bench_query.py", "--n", "500", "--repeat", "2"], ["best"]),

@@ -17,7 +17,7 @@ from typing import Any
 import loopy as lp
 import numpy as np
 
-from feinsum.recipes import Boolean, Choice, Constraint, IntRange, ParameterSpace, Recipe
+from feinsum.recipes import Boolean, Choice, IntRange, ParameterSpace, Recipe, at_most
 from feinsum.reductions import analysis as ka
 from feinsum.reductions import templates as kt
 
@@ -32,11 +32,14 @@ def _applies(e: Any, device: Any) -> str | None:
 def _space(e: Any, device: Any) -> ParameterSpace:
     form = ka.analyze(e, block_sparse=True)
     nv = 1 if isinstance(form, str) else form.nvalues
+    size = 4 if isinstance(form, str) else form.dtype.itemsize
+    regs, lanes, cpu = device.vector_registers(size), device.native_lanes(size), device.is_cpu
     return ParameterSpace(
         V=Choice([4, 8, 16]), U=IntRange(1, 4), denorms_are_zero=Boolean(),
-        constraints=[Constraint(
-            "registers", lambda p: p["U"] * nv <= kt.MAX_ACCUMULATORS,
-            f"U x {nv} accumulators <= {kt.MAX_ACCUMULATORS}")],
+        constraints=[at_most(
+            "registers", lambda p: p["U"] * nv * (1 if cpu else -(-p["V"] // lanes)),
+            2 * regs, f"U x {nv} accumulator vectors (GPUs: V / native lanes registers "
+            "each) <= twice the device's vector registers")],
     )
 
 

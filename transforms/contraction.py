@@ -63,22 +63,23 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
         "fast_math": rc.Boolean(), "scheme": rc.Choice(["tiled", "vector"]),
         "vec": rc.Choice([1, 4, 8, 16]), "tx": rc.IntRange(1, 4), "ty": rc.IntRange(1, 16),
     }
-    regs = 32 if device.is_cpu else 64  # accumulators per work-item
-    # PoCL runs a CPU work-group as loops over its items: big tiled groups compile for minutes
-    group_tile = 1024 if device.is_cpu else 16384
-    lanes = int((device.native_vector_width_float if tb.dtype_size(e) == 4 else
-                 device.native_vector_width_double) or 1)
+    # accumulators per work-item: a vector register each on CPUs (PoCL vectorises the
+    # work-items), half the registers on GPUs (the rest hold the A and B fragments)
+    size = tb.dtype_size(e)
+    regs = device.vector_registers(size) // (1 if device.is_cpu else 2)
+    group_tile, lanes = device.group_accumulators, device.native_lanes(size)
     cons = [
         rc.at_most("work_group_size", lambda p: p["lx"] * p["ly"], maxwg,
                 "lx*ly <= max_work_group_size"),
         rc.Constraint("work_item_sizes", lambda p: p["lx"] <= sizes[0] and p["ly"] <= sizes[1],
                       "lx, ly <= max_work_item_sizes"),
         rc.at_most("registers", lambda p: p["px"] * p["py"], regs,
-                f"register tile px*py <= {regs} accumulators"),
+                "register tile px*py <= the device's vector registers (GPUs: half)"),
         rc.at_most("group_tile", lambda p: p["lx"] * p["ly"] * p["px"] * p["py"], group_tile,
-                f"lx*ly*px*py <= {group_tile} outputs per work-group (bounded compile time)"),
-        rc.at_most("vector_tile", lambda p: p["tx"] * p["ty"] * p["vec"], 32 * lanes,
-                   "tx*ty*vec accumulator lanes <= 32 native vectors"),
+                "lx*ly*px*py <= the device's group_accumulators"),
+        rc.at_most("vector_tile", lambda p: p["tx"] * p["ty"] * p["vec"],
+                   device.vector_registers(size) * lanes,
+                   "tx*ty*vec accumulator lanes <= the device's vector registers"),
         rc.at_most("code_size", lambda p: p["px"] * p["py"] * (p["kt"] if p["unroll_k"] else 1),
                 256, "px*py*kt (unrolled) <= 256 statements"),
         rc.at_most("local_memory", lambda p: _tile_bytes(e, p), device.local_mem_size,
@@ -96,13 +97,14 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
-    lanes = device.native_vector_width_float if tb.dtype_size(e) == 4 else (
-        device.native_vector_width_double)
-    vector = {"scheme": "vector", "vec": min(16, max(1, int(lanes or 1))), "tx": 1, "ty": 8}
+    lanes = device.native_lanes(tb.dtype_size(e))
+    vector = {"scheme": "vector", "vec": min(16, lanes), "tx": 1, "ty": 8}
     if device.is_cpu:
         return {"lx": 1, "ly": 1, "px": 1, "py": 8, "kt": 8, "unroll_k": True, "stage_a": False,
                 "stage_b": False, "order": "k_inner", "slabs": True, "fast_math": False, **vector}
-    return {"lx": 16, "ly": 16, "px": 1, "py": 4, "kt": 16, "unroll_k": True,
+    side = 16  # a 16 x 16 work-group, or as many rows as fit
+    ly = min(side, device.max_work_group_size // side, device.max_work_item_sizes[1])
+    return {"lx": side, "ly": ly, "px": 1, "py": 4, "kt": 16, "unroll_k": True,
             "stage_a": True, "stage_b": True, "order": "k_inner", "slabs": False,
             "fast_math": False, **vector, "scheme": "tiled"}
 

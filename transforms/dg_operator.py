@@ -25,10 +25,8 @@ from feinsum.toolbox import dense as td
 
 VEC = (1, 2, 4, 8, 16)
 UNROLL = (1, 4, 16, 64)
-#: Private memory per work-item a configuration may use (CPU: L1-resident stack).
-PRIVATE_CPU, PRIVATE_GPU = 64 << 10, 8 << 10
-#: ... and per work-group on CPUs (256 x 56 KiB crashed PoCL 3.1, 128 x 56 KiB ran).
-GROUP_CPU = 4 << 20
+#: Work-items of a default work-group on CPUs (PoCL: few, each with wide vectors).
+CPU_WORK_ITEMS = 4
 
 
 def _itemsize(e: Any) -> int:
@@ -36,9 +34,7 @@ def _itemsize(e: Any) -> int:
 
 
 def _native_lanes(e: Any, device: Any) -> int:
-    w = device.native_vector_width_double if _itemsize(e) == 8 else (
-        device.native_vector_width_float)
-    return max(1, int(w or 1))
+    return int(device.native_lanes(_itemsize(e)))
 
 
 def _lane(e: Any, p: dict[str, Any]) -> str | None:
@@ -51,16 +47,33 @@ def _private_bytes(e: Any, p: dict[str, Any]) -> int:
     return td.private_entries(e, stages, (p["acc1"], p["acc2"])) * _itemsize(e) * p["vec"]
 
 
-def _operator_bytes(e: Any) -> int:
-    return td.operator_entries(e) * _itemsize(e)
+def _least_private(e: Any, last: int | None) -> int:
+    """Private bytes of the smallest configuration with this plan (one lane, accumulator)."""
+    return _private_bytes(e, {"last": last, "lanes": "elements", "acc1": 1, "acc2": 1,
+                              "vec": 1})
+
+
+def _lasts(e: Any) -> list[int | None]:
+    return [None, *range(e.noperands)] if e.noperands >= 3 else [None]
+
+
+def _applies(e: Any, device: Any) -> str | None:
+    if why := td.element_reason(e):
+        return why
+    least, limit = min(_least_private(e, c) for c in _lasts(e)), (
+        device.private_bytes_per_work_item)
+    return None if least <= limit else (
+        f"every configuration needs {least} private bytes per work-item, more than the "
+        f"device's private_bytes_per_work_item ({limit})")
 
 
 def _space(e: Any, device: Any) -> rc.ParameterSpace:
     maxwg = min(device.max_work_group_size, device.max_work_item_sizes[0])
     lanes = 2 * _native_lanes(e, device)
-    regs = 16 * _native_lanes(e, device)  # half of 32 vector registers, in lanes
-    private = PRIVATE_CPU if device.is_cpu else PRIVATE_GPU
-    lasts = [None, *range(e.noperands)] if e.noperands >= 3 else [None]
+    # accumulator lanes: half the vector registers (the rest hold gathered operands)
+    regs = device.vector_registers(_itemsize(e)) // 2 * _native_lanes(e, device)
+    private = device.private_bytes_per_work_item
+    lasts = _lasts(e)
     B = int(e.lengths[e.out_indices[-1]]) if td.lane_index(e) else 0
     params = {
         "last": rc.Choice(lasts), "vec": rc.Choice([v for v in VEC if v <= lanes or v == B]),
@@ -74,14 +87,15 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
         rc.at_most("work_group_size", lambda p: p["work_items"], maxwg,
                 "work_items <= max_work_group_size"),
         rc.at_most("registers", lambda p: max(p["acc1"], p["acc2"]) * p["rows_per_pass"]
-                * p["vec"], regs, "accumulator lanes (acc x rows_per_pass x vec) <= "
-                "16 native vectors"),
+                * p["vec"], regs, "accumulator lanes (acc x rows_per_pass x vec) <= half "
+                "the device's vector registers, in lanes"),
         rc.at_most("private_memory", lambda p: _private_bytes(e, p), private,
-                "private bytes per work-item <= 64 KiB on CPUs, 8 KiB on GPUs"),
+                "private bytes per work-item <= the device's private_bytes_per_work_item"),
         rc.at_most("group_private", lambda p: _private_bytes(e, p) * p["work_items"],
-                   GROUP_CPU if device.is_cpu else float("inf"), "private bytes x work_items "
-                   "<= 4 MiB on CPUs (PoCL runs a work-group on one thread's stack)"),
-        rc.at_most("local_memory", lambda p: _operator_bytes(e) * p["local_operator"],
+                   device.group_private_bytes, "private bytes x work_items <= the device's "
+                   "group_private_bytes (CPUs: PoCL runs a work-group on one stack)"),
+        rc.at_most("local_memory", lambda p: td.operator_entries(e) * _itemsize(e)
+                   * p["local_operator"],
                 device.local_mem_size, "staged operator <= local_mem_size"),
         rc.Constraint("single_stage_acc", lambda p: len(td.element_stages(e, p["last"])) > 1
                    or p["acc2"] == 1, "acc2 = 1 when the plan has one stage"),
@@ -103,9 +117,10 @@ def _best_acc(n: int, budget: int) -> int:
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
-    options = [None, *range(e.noperands)] if e.noperands >= 3 else [None]
+    options = _lasts(e)
     lane = td.lane_index(e)
-    last = min(options, key=lambda c: td.stage_flops(e, td.element_stages(e, c, lane)))
+    last = min(options, key=lambda c: (_least_private(e, c) > device.private_bytes_per_work_item,
+                                       td.stage_flops(e, td.element_stages(e, c, lane))))
     stages = td.element_stages(e, last, lane)
     lanes = _native_lanes(e, device) if device.is_cpu else 1
     accs = []
@@ -113,15 +128,19 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
         a = td.accumulator_index(e, st)
         accs.append(1 if a is None else _best_acc(int(e.lengths[a]), 8))
     cfg: dict[str, Any] = {
-           "last": last, "vec": min(lanes, 16), "work_items": 4 if device.is_cpu else 64,
+           "last": last, "vec": min(lanes, VEC[-1]),
+           "work_items": CPU_WORK_ITEMS if device.is_cpu else device.default_work_items,
            "acc1": accs[0], "acc2": accs[1] if len(accs) > 1 else 1, "rows_per_pass": 1,
            "unroll": 4, "local_operator": not device.is_cpu, "fast_math": False,
            "lanes": "index" if lane else "elements"}
     if lane:
         cfg["vec"] = int(e.lengths[lane])
-    while _private_bytes(e, cfg) > (PRIVATE_CPU if device.is_cpu else PRIVATE_GPU) and (
+    while _private_bytes(e, cfg) > device.private_bytes_per_work_item and (
             cfg["vec"] > 1 and not lane):
         cfg["vec"] //= 2
+    while _private_bytes(e, cfg) > device.private_bytes_per_work_item and max(
+            cfg["acc1"], cfg["acc2"]) > 1:  # fewer accumulators (A100's 7 KiB: x4 fields)
+        cfg["acc1" if cfg["acc1"] >= cfg["acc2"] else "acc2"] -= 1
     return cfg
 
 
@@ -137,7 +156,7 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
 
 
 RECIPE = rc.Recipe(
-    "dg_operator", applies=lambda e, device: td.element_reason(e), space=_space,
+    "dg_operator", applies=_applies, space=_space,
     default=_default, apply=_apply,
     description="Element-batched small operators (DG): elements as vector lanes, "
     "multi-stage contraction with independent accumulators, fields sharing loops.",

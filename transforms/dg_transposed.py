@@ -19,11 +19,8 @@ from feinsum.toolbox import dense as td
 from feinsum.toolbox import transposed as tt
 
 VEC = (1, 2, 4, 8, 16)
-#: Vector accumulators a work-item may keep live (CPU: of 32 AVX-512 registers).
-ACC_CPU, ACC_GPU = 24, 128
-#: Private memory per work-item (CPU: L1-resident stack), and per work-group on CPUs (PoCL
-#: runs a work-group on one thread's stack: 256 work-items of 100 KiB crashed it).
-PRIVATE_CPU, PRIVATE_GPU, GROUP_CPU = 64 << 10, 8 << 10, 4 << 20
+#: Default work-items and row blocks per work-item on CPUs (PoCL: one item, many blocks).
+CPU_WORK_ITEMS, CPU_BLOCKS = 1, 128
 
 
 def _itemsize(e: Any) -> int:
@@ -36,8 +33,12 @@ def _lasts(e: Any) -> list[int | None]:
 
 
 def _native(e: Any, device: Any) -> int:
-    return max(1, int((device.native_vector_width_double if _itemsize(e) == 8 else
-                       device.native_vector_width_float) or 1))
+    return int(device.native_lanes(_itemsize(e)))
+
+
+def _accumulators(e: Any, device: Any) -> int:
+    """Vector accumulators a work-item may keep live: 3/4 of its vector registers."""
+    return int(device.vector_registers(_itemsize(e))) * 3 // 4
 
 
 def _vecs(e: Any, device: Any) -> list[int]:
@@ -59,7 +60,12 @@ def _applies(e: Any, device: Any) -> str | None:
     if staged > device.local_mem_size:
         return (f"the operator takes {staged >> 10} KiB of local memory, the device has "
                 f"{device.local_mem_size >> 10} KiB")
-    accs = ACC_CPU if device.is_cpu else ACC_GPU
+    least = min(_private(e, {"last": c, "vec": _vecs(e, device)[0], "elements": 1})
+                for c in _lasts(e))
+    if least > device.private_bytes_per_work_item:
+        return (f"every configuration needs {least} private bytes per work-item, more than "
+                f"the device's private_bytes_per_work_item ({device.private_bytes_per_work_item})")
+    accs = _accumulators(e, device)
     fewest = min(_registers(e, v, 1, _native(e, device)) for v in _vecs(e, device))
     if fewest > accs:
         return (f"an output row takes at least {fewest} vector accumulators at this device's "
@@ -70,8 +76,7 @@ def _applies(e: Any, device: Any) -> str | None:
 def _space(e: Any, device: Any) -> rc.ParameterSpace:
     maxwg = min(device.max_work_group_size, device.max_work_item_sizes[0])
     native = _native(e, device)
-    accs = ACC_CPU if device.is_cpu else ACC_GPU
-    private = PRIVATE_CPU if device.is_cpu else PRIVATE_GPU
+    accs, private = _accumulators(e, device), device.private_bytes_per_work_item
     return rc.ParameterSpace(
         {"last": rc.Choice(_lasts(e)), "vec": rc.Choice(_vecs(e, device)),
          "work_items": rc.PowersOfTwo(1, min(256, maxwg)), "elements": rc.IntRange(1, 4),
@@ -81,14 +86,15 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
                     "work_items <= max_work_group_size"),
          rc.at_most("registers", lambda p: _registers(e, p["vec"], p["elements"], native),
                     accs,
-                    f"vector accumulators (elements x vectors per row) <= {accs}"),
+                    "vector accumulators (elements x vectors per row) <= 3/4 of the "
+                    "device's vector registers"),
          rc.at_most("local_memory", lambda p: tt.staged_entries(e, p["vec"]) * _itemsize(e),
                     device.local_mem_size, "staged operator <= local_mem_size"),
          rc.at_most("private_memory", lambda p: _private(e, p), private,
-                    "private bytes per work-item <= 64 KiB on CPUs, 8 KiB on GPUs"),
+                    "private bytes per work-item <= the device's private_bytes_per_work_item"),
          rc.at_most("group_private", lambda p: _private(e, p) * p["work_items"],
-                    GROUP_CPU if device.is_cpu else float("inf"),
-                    "private bytes x work_items <= 4 MiB on CPUs")])
+                    device.group_private_bytes,
+                    "private bytes x work_items <= the device's group_private_bytes")])
 
 
 def _private(e: Any, p: dict[str, Any]) -> int:
@@ -98,10 +104,13 @@ def _private(e: Any, p: dict[str, Any]) -> int:
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
     lasts = _lasts(e)
-    last = min(lasts, key=lambda c: td.stage_flops(e, td.element_stages(e, c)))
-    vec = min(16, _native(e, device)) if device.is_cpu else 1
-    cfg = {"last": last, "vec": vec, "work_items": 1 if device.is_cpu else 64,
-           "elements": 2, "blocks": 128 if device.is_cpu else 1, "unroll": 4,
+    vec = min(VEC[-1], _native(e, device)) if device.is_cpu else 1
+    last = min(lasts, key=lambda c: (_private(e, {"last": c, "vec": vec, "elements": 1})
+                                     > device.private_bytes_per_work_item,
+                                     td.stage_flops(e, td.element_stages(e, c))))
+    cfg = {"last": last, "vec": vec,
+           "work_items": CPU_WORK_ITEMS if device.is_cpu else device.default_work_items,
+           "elements": 2, "blocks": CPU_BLOCKS if device.is_cpu else 1, "unroll": 4,
            "fast_math": False}
     while not _space(e, device).is_valid(cfg) and cfg["elements"] > 1:
         cfg["elements"] -= 1

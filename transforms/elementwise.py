@@ -43,7 +43,8 @@ def _space(e: Any, device: Any) -> ParameterSpace:
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
     x = e.out_indices[-1]
-    lx = 256 if not tb.is_fixed(e, x) else min(256, 1 << (e.lengths[x] - 1).bit_length())
+    wide = 4 * device.default_work_items  # four default groups' worth of streams
+    lx = wide if not tb.is_fixed(e, x) else min(wide, 1 << (e.lengths[x] - 1).bit_length())
     return {"lx": min(lx, device.max_work_group_size, device.max_work_item_sizes[0]), "px": 1,
             "rows": 1, "slabs": not tb.is_fixed(e, x),
             "denorms_are_zero": False}

@@ -88,8 +88,9 @@ def _space(e: Any, device: Any) -> ParameterSpace:
         rc.at_most("local_memory", lambda p: _footprint(e, p, "local")
                 + p["lx"] * p["ly"] * p["rlocal"] * scratch * (p["rlocal"] > 1),
                 device.local_mem_size, "staged operands + reduction scratch <= local_mem_size"),
-        rc.at_most("private_memory", lambda p: _footprint(e, p, "private"), 1024,
-                "register tiles <= 1 KiB per work-item"),
+        rc.at_most("private_memory", lambda p: _footprint(e, p, "private"),
+                   device.register_bytes // 2, "register tiles <= half the device's "
+                   "register_bytes per work-item"),
         *(Constraint(f"stage{c}", lambda p, c=c: p[f"stage{c}"] == "none"
                      or isinstance(_stage_plan(e, p, c), tuple),
                      f"operand {c} can be staged", lambda p, c=c: str(_stage_plan(e, p, c)))
@@ -102,12 +103,15 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     x = out[-1] if out else None
     longs = [i for i in out[:-1] if not tb.is_fixed(e, i)]
     y = longs[-1] if longs else (out[-2] if len(out) > 1 else None)
-    lx = 1 if x is None else tb.pow2_at_least(e.lengths[x], 64) if tb.is_fixed(e, x) else 64
-    ly = 1 if y is None or device.is_cpu else 4
+    wi = device.default_work_items
+    most = min(tb.MAX_WORK_GROUP, device.max_work_group_size, device.max_work_item_sizes[0])
+    lx = 1 if x is None else tb.pow2_at_least(e.lengths[x], wi) if tb.is_fixed(e, x) else wi
+    ly = 1 if y is None or device.is_cpu else min(4, most // lx)
     share = r is not None and lx * ly <= 4 and e.reduction not in ("argmin", "argmax")
+    wi = min(wi, most // (lx * ly))
     vec = 1 if share else tv.default_lanes(e, device)  # with 16 x 4 blocks: measured best
     return {"x": x, "y": y, "lx": 16 if vec > 1 else lx, "px": 4 if vec > 1 else 1, "ly": ly,
-            "py": 1, "rtile": 4 if r and not share else 1, "rlocal": 64 if share else 1,
+            "py": 1, "rtile": 4 if r and not share else 1, "rlocal": wi if share else 1,
             "unroll_short": True, "slabs": x is not None and not tb.is_fixed(e, x) and lx > 1,
             **tb.BUILD_OPTION_DEFAULTS, **{f"stage{c}": "none" for c in range(e.noperands)},
             "vec": vec}

@@ -18,10 +18,10 @@ import loopy as lp
 from feinsum.recipes import (
     Boolean,
     Choice,
-    Constraint,
     IntRange,
     ParameterSpace,
     Recipe,
+    at_most,
 )
 from feinsum.reductions import analysis as ka
 from feinsum.reductions import templates as kt
@@ -39,11 +39,14 @@ def _applies(e: Any, device: Any) -> str | None:
 def _space(e: Any, device: Any) -> ParameterSpace:
     form = ka.analyze(e)
     nv = 1 if isinstance(form, str) else form.nvalues
+    size = 4 if isinstance(form, str) else form.dtype.itemsize
+    regs, lanes, cpu = device.vector_registers(size), device.native_lanes(size), device.is_cpu
     return ParameterSpace(
         V=Choice([4, 8, 16]), U=IntRange(1, 4), denorms_are_zero=Boolean(),
-        constraints=[Constraint(
-            "registers", lambda p: p["U"] * nv <= kt.MAX_ACCUMULATORS,
-            f"U x {nv} accumulators <= {kt.MAX_ACCUMULATORS}")],
+        constraints=[at_most(
+            "registers", lambda p: p["U"] * nv * (1 if cpu else -(-p["V"] // lanes)),
+            2 * regs, f"U x {nv} accumulator vectors (GPUs: V / native lanes registers "
+            "each) <= twice the device's vector registers")],
     )
 
 
@@ -56,7 +59,7 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     v = 16 if itemsize == 4 else 8
     if width and width < 4:
         v = 8 if itemsize == 4 else 4
-    u = 2 if 2 * nv <= kt.MAX_ACCUMULATORS else 1
+    u = 2 if nv <= device.vector_registers(itemsize) else 1  # 2 nv <= twice the registers
     return {"V": v, "U": u, "denorms_are_zero": itemsize == 4}
 
 

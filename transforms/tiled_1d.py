@@ -22,6 +22,9 @@ from feinsum.recipes import Boolean, Constraint, ParameterSpace, PowersOfTwo, Re
 from feinsum.reductions import analysis as ka
 from feinsum.reductions import templates as kt
 
+#: Rows per work-group on CPUs (PoCL runs the group's items as a loop: a short one).
+CPU_TILE = 32
+
 
 def _applies(e: Any, device: Any) -> str | None:
     form = ka.analyze(e)
@@ -48,7 +51,7 @@ def _space(e: Any, device: Any) -> ParameterSpace:
 def _default(e: Any, device: Any) -> dict[str, Any]:
     form = ka.analyze(e)
     single = not isinstance(form, str) and form.dtype.itemsize == 4
-    k = 32 if device.is_cpu else 256
+    k = CPU_TILE if device.is_cpu else 4 * device.default_work_items
     return {"K": min(k, device.max_work_group_size), "unroll": False,
             "denorms_are_zero": single}
 

@@ -20,11 +20,11 @@ import loopy as lp
 from feinsum.recipes import (
     Boolean,
     Choice,
-    Constraint,
     IntRange,
     ParameterSpace,
     PowersOfTwo,
     Recipe,
+    at_most,
 )
 from feinsum.reductions import analysis as ka
 from feinsum.reductions import templates as kt
@@ -38,12 +38,15 @@ def _applies(e: Any, device: Any) -> str | None:
 def _space(e: Any, device: Any) -> ParameterSpace:
     form = ka.analyze(e)
     nv = 1 if isinstance(form, str) else form.nvalues
+    size = 4 if isinstance(form, str) else form.dtype.itemsize
+    regs, lanes, cpu = device.vector_registers(size), device.native_lanes(size), device.is_cpu
     return ParameterSpace(
         V=Choice([4, 8, 16]), U=IntRange(1, 2), nsplit=PowersOfTwo(2, 256),
         tile=Choice([1, 8, 16, 64, 256, 1024, 4096]), denorms_are_zero=Boolean(),
-        constraints=[Constraint(
-            "registers", lambda p: p["U"] * nv <= kt.MAX_ACCUMULATORS,
-            f"U x {nv} accumulators <= {kt.MAX_ACCUMULATORS}")],
+        constraints=[at_most(
+            "registers", lambda p: p["U"] * nv * (1 if cpu else -(-p["V"] // lanes)),
+            2 * regs, f"U x {nv} accumulator vectors (GPUs: V / native lanes registers "
+            "each) <= twice the device's vector registers")],
     )
 
 

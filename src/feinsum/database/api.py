@@ -67,7 +67,7 @@ def _device_info(device: Any) -> DeviceInfo:
 
         return device_info(device)
     raise DatabaseError(
-        f"expected a feinsum.devices.opencl.DeviceInfo or a pyopencl.Device, not {device!r}"
+        f"expected a feinsum.devices.info.DeviceInfo or a pyopencl.Device, not {device!r}"
     )
 
 

@@ -96,7 +96,7 @@ class State(Base):
 
 
 class Device(Base):
-    """An OpenCL device as :class:`feinsum.devices.opencl.DeviceInfo` identifies it."""
+    """An OpenCL device as :class:`feinsum.devices.info.DeviceInfo` identifies it."""
 
     __tablename__ = "devices"
     __table_args__ = (Index("ix_devices_vendor_type", "vendor", "device_type"),)

@@ -11,7 +11,7 @@ import datetime as _dt
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -82,7 +82,7 @@ def device_from_dict(d: Mapping[str, Any]) -> DeviceInfo:
 
     if not isinstance(d, Mapping):
         raise DatabaseError(f"device information must be a JSON object, not {d!r}")
-    names = [f.name for f in fields(DeviceInfo)]
+    names = [f.name for f in fields(DeviceInfo) if f.name in d or f.default is MISSING]
     missing = [n for n in names if n not in d]
     if missing:
         raise DatabaseError(f"device information lacks {', '.join(missing)}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from feinsum.errors import DeviceError
@@ -13,58 +12,7 @@ from feinsum.errors import DeviceError
 if TYPE_CHECKING:
     import pyopencl as cl
 
-@dataclass(frozen=True)
-class DeviceInfo:
-    """Everything that identifies an OpenCL device and bounds what a recipe may ask of it."""
-
-    platform_name: str
-    platform_version: str
-    vendor: str
-    name: str
-    driver_version: str
-    opencl_version: str
-    device_type: str
-    compute_units: int
-    max_work_group_size: int
-    max_work_item_sizes: tuple[int, ...]
-    local_mem_size: int
-    global_mem_size: int
-    max_constant_buffer_size: int
-    preferred_vector_width_float: int
-    preferred_vector_width_double: int
-    native_vector_width_float: int
-    native_vector_width_double: int
-    has_fp64: bool
-
-    @property
-    def key(self) -> str:
-        """A stable identity string: what makes two devices "the same" for timings."""
-        return " | ".join(
-            (self.vendor, self.name, self.opencl_version, self.driver_version,
-             self.platform_version)
-        )
-
-    @property
-    def is_cpu(self) -> bool:
-        return self.device_type == "CPU"
-
-    @property
-    def cpu_model(self) -> str | None:
-        """The CPU model: PoCL names every CPU ``pthread-...``; the rest is in its name."""
-        if not self.is_cpu:
-            return None
-        return re.sub(r"^pthread-(\S+-)?", "", self.name) or self.name
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["max_work_item_sizes"] = list(self.max_work_item_sizes)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> DeviceInfo:
-        d = dict(d)
-        d["max_work_item_sizes"] = tuple(d["max_work_item_sizes"])
-        return cls(**d)
+from feinsum.devices.info import DeviceInfo
 
 
 def _type_name(device: cl.Device) -> str:
@@ -79,7 +27,14 @@ def _type_name(device: cl.Device) -> str:
 
 
 def device_info(device: cl.Device) -> DeviceInfo:
-    """Read a device's identity and limits."""
+    """Read a device's identity and limits; what OpenCL does not report comes from the
+    device model matching its name (:func:`feinsum.devices.models.with_model`)."""
+    from feinsum.devices.models import with_model
+
+    return with_model(_read_info(device))
+
+
+def _read_info(device: cl.Device) -> DeviceInfo:
     return DeviceInfo(
         platform_name=device.platform.name.strip(),
         platform_version=device.platform.version.strip(),

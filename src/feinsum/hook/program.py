@@ -165,7 +165,7 @@ def transform_program(
     it was); the report says what was done to each group and kernel.
 
     :arg device: a ``pyopencl.Device``, a device string, a
-        :class:`~feinsum.devices.opencl.DeviceInfo` or None (the default device). A device is
+        :class:`~feinsum.devices.info.DeviceInfo` or None (the default device). A device is
         probed first (:func:`feinsum.devices.opencl.vector_problem`): one that cannot build
         vector code gets scalar code only; one that cannot build a kernel raises
         :class:`~feinsum.DeviceError`.

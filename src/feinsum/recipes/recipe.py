@@ -41,7 +41,7 @@ def standard_build_options(params: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def as_device_info(device: Any) -> DeviceInfo:
-    """A :class:`~feinsum.devices.opencl.DeviceInfo` from a ``DeviceInfo``, a ``pyopencl.Device``,
+    """A :class:`~feinsum.devices.info.DeviceInfo` from a ``DeviceInfo``, a ``pyopencl.Device``,
     a device string or ``None`` (the default device)."""
     from feinsum.devices.opencl import DeviceInfo, device_info, get_device
 
@@ -122,7 +122,7 @@ class Recipe:
 
     :arg name: unique name (the database keys timings by name and :attr:`version`).
     :arg applies: ``applies(e, device) -> str | None``: ``None`` if the recipe applies to
-        the canonical spec *e* on *device* (a :class:`~feinsum.devices.opencl.DeviceInfo`), else the
+        the canonical spec *e* on *device* (a :class:`~feinsum.devices.info.DeviceInfo`), else the
         reason it does not.
     :arg space: ``space(e, device) -> ParameterSpace`` with the constraints.
     :arg default: ``default(e, device) -> dict``: a heuristic configuration (must be valid).

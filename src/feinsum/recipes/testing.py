@@ -57,19 +57,23 @@ def run_kernel(t_unit: Any, e: BatchedEinsum, lengths: Mapping[str, int], queue:
 
 
 def check_configuration(recipe: Recipe, e: BatchedEinsum, params: Mapping[str, Any],
-                        lengths: Sequence[Mapping[str, int]], queue: Any, seed: int = 0
-                        ) -> str | None:
+                        lengths: Sequence[Mapping[str, int]], queue: Any, seed: int = 0,
+                        device: Any = None, t_unit: Any = None) -> str | None:
     """Apply *recipe* with *params* to canonical *e*, build once, run at every entry of
     *lengths*; ``None`` if every output matches :func:`feinsum.evaluate`, else what is
-    wrong (a recipe failure, a build error or the mismatch)."""
+    wrong (a recipe failure, a build error or the mismatch). *device* (default: the
+    queue's) is the device the configuration is for, e.g. a GPU's model
+    (:mod:`feinsum.devices.models`) whose code runs on the queue's CPU; *t_unit*, if given,
+    is the code already generated."""
     from feinsum.lowering.kernel import generate_loopy
     from feinsum.lowering.validation import compare, reduction_length, tolerance
 
-    device = as_device_info(queue.device)
-    try:
-        t_unit = recipe.apply(generate_loopy(e), params, e, device)
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
+    if t_unit is None:
+        try:
+            t_unit = recipe.apply(generate_loopy(e), params, e,
+                                  as_device_info(queue.device if device is None else device))
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
     for k, n in enumerate(lengths):
         try:
             extra = recipe.prepare(e.with_lengths(dict(n)), {}, params)

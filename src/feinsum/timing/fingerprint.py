@@ -13,7 +13,7 @@ A record's fingerprint hashes what the OpenCL compiler was handed for its config
 * the **launch geometry** of every device kernel (global and local sizes as expressions of
   the length arguments), which lives in loopy's host code, not in the device source;
 * the **compiler**: the device's identity (vendor, name, OpenCL, driver and platform
-  versions: :attr:`feinsum.devices.opencl.DeviceInfo.key`).
+  versions: :attr:`feinsum.devices.info.DeviceInfo.key`).
 
 The code generator itself is not hashed: a new loopy that generates the same code keeps
 the fingerprint (and the record), one that generates different code changes it.

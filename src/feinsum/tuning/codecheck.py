@@ -7,7 +7,7 @@ of older recipe versions they consider; :func:`revalidate` does it for a whole d
 (``feinsum db revalidate``).
 
 Generating a record's code is ``generate_loopy`` of its canonical spec, the recipe's
-``apply`` with its configuration and its device's :class:`~feinsum.devices.opencl.DeviceInfo`
+``apply`` with its configuration and its device's :class:`~feinsum.devices.info.DeviceInfo`
 (read from the database), and loopy's code generation (:mod:`feinsum.timing.fingerprint`): no
 OpenCL device is opened, nothing is built or run. Results are cached per process, per
 (recipe version, loopy version, spec, device, configuration).

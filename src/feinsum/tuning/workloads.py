@@ -1,0 +1,128 @@
+"""The reference workloads of ``shared/workloads.md`` as specs, for tests and benchmarks.
+
+Every workload keeps its long axes symbolic (``E``, ``M``, ``N``) so that one build serves
+any length; :attr:`Workload.lengths` gives the reference lengths, :attr:`Workload.small`
+lengths a CPU runs a GPU configuration at in seconds. The tensor contractions' short axes
+are reference-sized in :func:`workloads` and scaled down with ``small=True`` (a 64^5 TTM
+is 1e9 flops: too much for a test of a GPU configuration on a CPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The workload families (the recipes that claim each are those whose ``applies`` accepts it).
+FAMILIES = ("dg", "contraction", "kernel", "block_sparse", "elementwise")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One reference workload: its name, family, spec (long axes symbolic), the reference
+    lengths of those symbols and small ones for quick checks."""
+
+    name: str
+    family: str
+    spec: Any
+    lengths: dict[str, int] = field(default_factory=dict)
+    small: dict[str, int] = field(default_factory=dict)
+
+
+def _dg(out: list[Workload]) -> None:
+    from feinsum import array, batched_einsum, einsum
+
+    f64 = "float64"
+    D, D3 = array("D", (35, 35), f64), array("D", (3, 35, 35), f64)
+    J3, L, Jf = array("J", (3, 3, "E"), f64), array("L", (35, 4, 15), f64), array(
+        "J", (4, "E"), f64)
+    u = [array(f"u{k}", ("E", 35), f64) for k in range(4)]
+    u3 = [array(f"u{k}", (3, "E", 35), f64) for k in range(4)]
+    v = [array(f"v{k}", (4, "E", 15), f64) for k in range(4)]
+    plain = {"local": ("ij,ej->ei", [D, u]), "divergence": ("xre,rij,xej->ei", [J3, D3, u3]),
+             "gradient": ("xre,rij,ej->xei", [J3, D3, u]),
+             "face_mass": ("ifj,fe,fej->ei", [L, Jf, v])}
+    size, small = {"E": 50_000}, {"E": 261}
+    for name, (subs, ops) in plain.items():
+        fixed = [o for o in ops if not isinstance(o, list)]
+        field_arrays = next(o for o in ops if isinstance(o, list))
+        pos = ops.index(field_arrays)
+        one = [*fixed[:pos], field_arrays[0], *fixed[pos:]]
+        out.append(Workload(name, "dg", einsum(subs, *one), size, small))
+        rows = [[*fixed[:pos], w, *fixed[pos:]] for w in field_arrays]
+        out.append(Workload(f"{name}_x4", "dg", batched_einsum(subs, rows), size, small))
+
+
+def _contractions(out: list[Workload], small: bool) -> None:
+    from feinsum import array, einsum
+
+    f32 = "float32"
+    t, jk = (16, 16) if small else (64, 64)
+    out.append(Workload("gemm", "contraction", einsum(
+        "ik,kj->ij", array("A", ("I", "K"), f32), array("B", ("K", "J"), f32)),
+        {"I": 1024, "J": 1024, "K": 1024}, {"I": 45, "J": 73, "K": 37}))
+    out.append(Workload("ttm", "contraction", einsum(
+        "ijkl,mi->mjkl", array("T", (t,) * 4, f32), array("W", (t, t), f32))))
+    out.append(Workload("two_index", "contraction", einsum(
+        "ijk,jkl->il", array("A", ("I", jk, jk), f32), array("B", (jk, jk, "L"), f32)),
+        {"I": 512, "L": 512}, {"I": 37, "L": 45}))
+
+
+def _kernels(out: list[Workload]) -> None:
+    import numpy as np
+
+    from feinsum.reductions.builder import kernel_reduction
+
+    g = {"g": 1}
+    gauss = "exp(-sqdist(x, y) * g) * b"
+    size, small = {"M": 100_000, "N": 100_000}, {"M": 45, "N": 301}
+    specs = {
+        "gaussian": kernel_reduction(gauss, i_vars={"x": 3}, j_vars={"y": 3, "b": 1},
+                                     params=g, dtype=np.float32),
+        "gaussian4": kernel_reduction(gauss, i_vars={"x": 3}, j_vars={"y": 3, "b": 4},
+                                      params=g, dtype=np.float32),
+        "softmin": kernel_reduction("b - sqdist(x, y) * g", i_vars={"x": 3},
+                                    j_vars={"y": 3, "b": 1}, params=g, dtype=np.float32,
+                                    reduction="logsumexp"),
+        "nearest": kernel_reduction("sqdist(x, y)", i_vars={"x": 3}, j_vars={"y": 3},
+                                    dtype=np.float32, reduction="min_argmin"),
+    }
+    for name, e in specs.items():
+        out.append(Workload(name, "kernel", e, size, small))
+    out.append(Workload("fewrows", "kernel", specs["gaussian"].with_lengths({"M": 16}),
+                        {"N": 1_000_000}, {"N": 301}))
+
+
+def _block_sparse(out: list[Workload]) -> None:
+    import numpy as np
+
+    from feinsum.reductions.builder import kernel_reduction
+
+    e = kernel_reduction("exp(-sqdist(x, y) * g) * b", i_vars={"x": 3},
+                         j_vars={"y": 3, "b": 1}, params={"g": 1}, dtype=np.float32,
+                         block_sparse=True)
+    out.append(Workload("gaussian_block_sparse", "block_sparse", e,
+                        {"M": 100_000, "N": 100_000}, {"M": 45, "N": 301}))
+
+
+def _elementwise(out: list[Workload]) -> None:
+    from feinsum import array, einsum
+
+    # not in workloads.md (no reference workload is reduction-free): the elementwise
+    # recipe's stand-in, a scaled update of the DG field u
+    f64 = "float64"
+    out.append(Workload("scale_fields", "elementwise", einsum(
+        "e,ej->ej", array("c", ("E",), f64), array("u", ("E", 35), f64)),
+        {"E": 50_000}, {"E": 261}))
+
+
+def workloads(small: bool = False, families: tuple[str, ...] = FAMILIES
+              ) -> dict[str, Workload]:
+    """Every reference workload by name (``small``: the contractions' short axes scaled
+    down), in the families given."""
+    out: list[Workload] = []
+    builders = {"dg": _dg, "contraction": lambda o: _contractions(o, small),
+                "kernel": _kernels, "block_sparse": _block_sparse,
+                "elementwise": _elementwise}
+    for fam in families:
+        builders[fam](out)
+    return {w.name: w for w in out}

@@ -1,0 +1,120 @@
+"""GPU configurations run on the CPU: every recipe x reference workload x device model.
+
+A case is a recipe's configuration computed for a GPU model (:mod:`feinsum.devices.models`),
+its code generated for that model, built and run on the test's CPU device (PoCL) and
+compared with :func:`feinsum.evaluate`. What cannot be run there says why, precisely:
+
+* the recipe does not apply on the model (its reason: a CPU scheme, no fp64...): skipped;
+* the model's limits exceed the CPU device's (work-group size, local memory): skipped,
+  naming both numbers; no model exceeds PoCL's 4096 work-items and 1 MiB today;
+* PoCL's CPU device is itself wrong on the code (:func:`pocl_problem`, each proven by a
+  minimal kernel in ``tests/test_pocl_defects.py``): xfail with the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import feinsum
+from feinsum.devices.models import MODELS
+from feinsum.devices.opencl import DeviceInfo
+from feinsum.spec.canonical import canonicalize
+from feinsum.tuning.workloads import workloads
+
+#: Lengths every symbol gets: a multiple of no tile (runs in well under a second).
+LENGTHS = ({"*": 73},)
+
+
+@functools.cache
+def recipes() -> dict[str, Any]:
+    return {r.name: r for r in feinsum.recipes()}
+
+
+@functools.cache
+def specs() -> dict[str, Any]:
+    return {name: canonicalize(w.spec) for name, w in workloads(small=True).items()}
+
+
+@dataclass(frozen=True)
+class Case:
+    recipe: str
+    workload: str
+    model: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.recipe}-{self.workload}-{self.model}"
+
+
+def all_cases(quick: bool = False) -> list[Case]:
+    """Every recipe x workload x model; *quick*: without the DG workloads batched over 4
+    fields (3-5 s of loopy code generation each for a GPU configuration: the slow sweep
+    runs their defaults)."""
+    return [Case(r, w, m) for r in sorted(recipes()) for w in specs() for m in MODELS
+            if not (quick and w.endswith("_x4"))]
+
+
+def lengths_for(e: Any) -> tuple[dict[str, int], ...]:
+    return tuple({s: n["*"] for s in e.length_symbols} for n in LENGTHS)
+
+
+def cpu_fit(model: DeviceInfo, cpu: DeviceInfo) -> str | None:
+    """Why the model's configurations may not run on *cpu* (None: anything valid for the
+    model fits the CPU's work-group size and local memory)."""
+    if model.max_work_group_size > cpu.max_work_group_size:
+        return (f"the model allows work-groups of {model.max_work_group_size}, the CPU device "
+                f"runs at most {cpu.max_work_group_size}")
+    if model.local_mem_size > cpu.local_mem_size:
+        return (f"the model has {model.local_mem_size} bytes of local memory, the CPU "
+                f"device {cpu.local_mem_size}")
+    return None
+
+
+def pocl_problem(recipe: str, e: Any, params: dict[str, Any]) -> str | None:
+    """Why PoCL's CPU device computes this GPU configuration wrongly, where known (the
+    constraints that keep these configurations off CPUs: ``staging_on_cpus`` of
+    contraction, ``pocl_two_trip_barrier_loop`` of generic)."""
+    if recipe == "contraction" and params.get("scheme") == "tiled" and (
+            params.get("stage_a") or params.get("stage_b")):
+        return ("PoCL writes past the output in partial work-groups with barriers in the k "
+                "loop (contraction's staging_on_cpus; test_pocl_defects)")
+    if recipe == "generic":
+        from feinsum import toolbox as tb
+
+        r = tb.main_reduction(e)
+        staged = any(params.get(f"stage{c}") == "local" for c in range(e.noperands))
+        if staged and r and tb.is_fixed(e, r) and -(-e.lengths[r] // params["rtile"]) == 2:
+            return ("PoCL miscompiles local staging in a reduction loop of exactly 2 tiles "
+                    "(generic's pocl_two_trip_barrier_loop; test_pocl_defects)")
+    return None
+
+
+_RESULTS: dict[tuple[str, str, str], str | None] = {}
+
+
+def run(case: Case, params: dict[str, Any], queue: Any) -> tuple[str | None, bool]:
+    """Apply the recipe for the case's model with *params*, run the code on *queue*'s CPU
+    against evaluate: (what went wrong or None, whether it had run already). Recipes read
+    the device only through the configuration (no ``apply`` looks at it), so a
+    configuration several models share is generated, built and run once."""
+    import json
+
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.recipes.testing import check_configuration
+    from feinsum.toolbox.parameters import canonical_json
+
+    e, recipe = specs()[case.workload], recipes()[case.recipe]
+    key = (case.recipe, case.workload, canonical_json(params))
+    if key in _RESULTS:
+        return _RESULTS[key], True
+    model = MODELS[case.model].info
+    try:
+        t = recipe.apply(generate_loopy(e), json.loads(key[2]), e, model)
+    except Exception as exc:
+        _RESULTS[key] = f"{type(exc).__name__}: {exc}"
+        return _RESULTS[key], False
+    _RESULTS[key] = check_configuration(recipe, e, json.loads(key[2]), lengths_for(e), queue,
+                                        device=model, t_unit=t)
+    return _RESULTS[key], False
