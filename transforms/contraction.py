@@ -63,8 +63,7 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
         "fast_math": rc.Boolean(), "scheme": rc.Choice(["tiled", "vector"]),
         "vec": rc.Choice([1, 4, 8, 16]), "tx": rc.IntRange(1, 4), "ty": rc.IntRange(1, 16),
     }
-    # accumulators per work-item: a vector register each on CPUs (PoCL vectorises the
-    # work-items), half the registers on GPUs (the rest hold the A and B fragments)
+    # accumulators per work-item: a vector register each on CPUs, half of them on GPUs
     size = tb.dtype_size(e)
     regs = device.vector_registers(size) // (1 if device.is_cpu else 2)
     group_tile, lanes = device.group_accumulators, device.native_lanes(size)
@@ -111,8 +110,7 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
 
 def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     """Groups x work-items x register tiles, k tiles staged locally; or CPU vector tiles."""
-    r = _roles(e)
-    if isinstance(r, str):  # apply() checks applies() first: a bug if reached
+    if isinstance(r := _roles(e), str):  # apply() checks applies() first: a bug if reached
         raise ValueError(r)
     if p["scheme"] == "vector":
         return tt.vector_tile_kernel(t_unit, e, x=r["x"], y=r["y"], b=r["b"], vec=p["vec"],
@@ -122,8 +120,8 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     t = tb.distribute(t, x, work_items=p["lx"], axis=0, per_item=p["px"], per_item_tag="ilp",
                       slabs=p["slabs"] and not tb.is_fixed(e, x))
     t = tb.distribute(t, y, work_items=p["ly"], axis=1 if p["lx"] > 1 else 0, group_axis=1,
-                      per_item=p["py"], per_item_tag="ilp",
-                      slabs=p["slabs"] and not tb.is_fixed(e, y))
+                      per_item=p["py"], per_item_tag="ilp", slabs=p["slabs"] and not
+                      tb.is_fixed(e, y))
     t = tb.tag(t, {r["rest"][0]: "g.2"}) if r["rest"] else t
     if p["kt"] > 1:  # unguarded tiles but the last one when slabs
         t = lp.split_iname(t, k, p["kt"], outer_iname=f"{k}_t", inner_iname=f"{k}_u",
@@ -131,8 +129,8 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
                            slabs=(0, 1) if p["slabs"] and not tb.is_fixed(e, k) else (0, 0))
     ktile, kin = (f"{k}_t", f"{k}_u") if p["kt"] > 1 else (k, None)
     t = tb.unroll(t, short := tb.short_inames(t, r["red"], 8))
-    loops = [i for i in r["red"] if i not in short]
-    order = [*loops, ktile] if p["order"] == "k_inner" else [ktile, *loops]
+    order = [i for i in r["red"] if i not in short]
+    order = [*order, ktile] if p["order"] == "k_inner" else [ktile, *order]
     t = tb.prioritize(t, [*r["rest"][1:], *order, *([kin] if kin else [])])
     outer = {f"{x}_g", f"{y}_g", *r["rest"], *order}
     for c, flag, idx in ((r["a"], "stage_a", y), (r["b"], "stage_b", x)):

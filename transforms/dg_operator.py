@@ -29,14 +29,6 @@ UNROLL = (1, 4, 16, 64)
 CPU_WORK_ITEMS = 4
 
 
-def _itemsize(e: Any) -> int:
-    return max(e.value_dtype(r).itemsize for r in range(e.nrows))
-
-
-def _native_lanes(e: Any, device: Any) -> int:
-    return int(device.native_lanes(_itemsize(e)))
-
-
 def _lane(e: Any, p: dict[str, Any]) -> str | None:
     return td.lane_index(e) if p["lanes"] == "index" else None
 
@@ -44,7 +36,7 @@ def _lane(e: Any, p: dict[str, Any]) -> str | None:
 def _private_bytes(e: Any, p: dict[str, Any]) -> int:
     """Private memory per work-item: gathered operands, stage results, accumulators."""
     stages = td.element_stages(e, p["last"], _lane(e, p))
-    return td.private_entries(e, stages, (p["acc1"], p["acc2"])) * _itemsize(e) * p["vec"]
+    return td.private_entries(e, stages, (p["acc1"], p["acc2"])) * td.itemsize(e) * p["vec"]
 
 
 def _least_private(e: Any, last: int | None) -> int:
@@ -53,14 +45,10 @@ def _least_private(e: Any, last: int | None) -> int:
                               "vec": 1})
 
 
-def _lasts(e: Any) -> list[int | None]:
-    return [None, *range(e.noperands)] if e.noperands >= 3 else [None]
-
-
 def _applies(e: Any, device: Any) -> str | None:
     if why := td.element_reason(e):
         return why
-    least, limit = min(_least_private(e, c) for c in _lasts(e)), (
+    least, limit = min(_least_private(e, c) for c in td.plans(e)), (
         device.private_bytes_per_work_item)
     return None if least <= limit else (
         f"every configuration needs {least} private bytes per work-item, more than the "
@@ -69,11 +57,11 @@ def _applies(e: Any, device: Any) -> str | None:
 
 def _space(e: Any, device: Any) -> rc.ParameterSpace:
     maxwg = min(device.max_work_group_size, device.max_work_item_sizes[0])
-    lanes = 2 * _native_lanes(e, device)
+    lanes = 2 * td.native_lanes(e, device)
     # accumulator lanes: half the vector registers (the rest hold gathered operands)
-    regs = device.vector_registers(_itemsize(e)) // 2 * _native_lanes(e, device)
+    regs = device.vector_registers(td.itemsize(e)) // 2 * td.native_lanes(e, device)
     private = device.private_bytes_per_work_item
-    lasts = _lasts(e)
+    lasts = td.plans(e)
     B = int(e.lengths[e.out_indices[-1]]) if td.lane_index(e) else 0
     params = {
         "last": rc.Choice(lasts), "vec": rc.Choice([v for v in VEC if v <= lanes or v == B]),
@@ -94,7 +82,7 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
         rc.at_most("group_private", lambda p: _private_bytes(e, p) * p["work_items"],
                    device.group_private_bytes, "private bytes x work_items <= the device's "
                    "group_private_bytes (CPUs: PoCL runs a work-group on one stack)"),
-        rc.at_most("local_memory", lambda p: td.operator_entries(e) * _itemsize(e)
+        rc.at_most("local_memory", lambda p: td.operator_entries(e) * td.itemsize(e)
                    * p["local_operator"],
                 device.local_mem_size, "staged operator <= local_mem_size"),
         rc.Constraint("single_stage_acc", lambda p: len(td.element_stages(e, p["last"])) > 1
@@ -110,23 +98,18 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
     return rc.ParameterSpace(params, cons)
 
 
-def _best_acc(n: int, budget: int) -> int:
-    """The accumulator count for an output of length *n*: a divisor near *budget*."""
-    divs = [k for k in range(1, min(n, budget) + 1) if n % k == 0]
-    return max(divs) if divs[-1] * 2 > min(n, budget) else min(n, budget)
-
-
 def _default(e: Any, device: Any) -> dict[str, Any]:
-    options = _lasts(e)
+    options = td.plans(e)
     lane = td.lane_index(e)
-    last = min(options, key=lambda c: (_least_private(e, c) > device.private_bytes_per_work_item,
+    fits = device.private_bytes_per_work_item
+    last = min(options, key=lambda c: (_least_private(e, c) > fits,
                                        td.stage_flops(e, td.element_stages(e, c, lane))))
     stages = td.element_stages(e, last, lane)
-    lanes = _native_lanes(e, device) if device.is_cpu else 1
+    lanes = td.native_lanes(e, device) if device.is_cpu else 1
     accs = []
     for st in stages:
         a = td.accumulator_index(e, st)
-        accs.append(1 if a is None else _best_acc(int(e.lengths[a]), 8))
+        accs.append(1 if a is None else td.accumulator_count(int(e.lengths[a]), 8))
     cfg: dict[str, Any] = {
            "last": last, "vec": min(lanes, VEC[-1]),
            "work_items": CPU_WORK_ITEMS if device.is_cpu else device.default_work_items,

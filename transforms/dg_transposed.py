@@ -23,26 +23,17 @@ VEC = (1, 2, 4, 8, 16)
 CPU_WORK_ITEMS, CPU_BLOCKS = 1, 128
 
 
-def _itemsize(e: Any) -> int:
-    return max(e.value_dtype(r).itemsize for r in range(e.nrows))
-
-
 def _lasts(e: Any) -> list[int | None]:
-    return [c for c in [None, *range(e.noperands)] if (c is None or e.noperands >= 3)
-            and tt.transposed_reason(e, td.element_stages(e, c)) is None]
-
-
-def _native(e: Any, device: Any) -> int:
-    return int(device.native_lanes(_itemsize(e)))
+    return [c for c in td.plans(e) if tt.transposed_reason(e, td.element_stages(e, c)) is None]
 
 
 def _accumulators(e: Any, device: Any) -> int:
     """Vector accumulators a work-item may keep live: 3/4 of its vector registers."""
-    return int(device.vector_registers(_itemsize(e))) * 3 // 4
+    return int(device.vector_registers(td.itemsize(e))) * 3 // 4
 
 
 def _vecs(e: Any, device: Any) -> list[int]:
-    return [v for v in VEC if v <= 2 * _native(e, device)]
+    return [v for v in VEC if v <= 2 * td.native_lanes(e, device)]
 
 
 def _registers(e: Any, vec: int, elements: int, native: int) -> int:
@@ -56,7 +47,7 @@ def _applies(e: Any, device: Any) -> str | None:
         return why
     if not _lasts(e):
         return tt.transposed_reason(e, td.element_stages(e, None))
-    staged = tt.staged_entries(e, 1) * _itemsize(e)
+    staged = tt.staged_entries(e, 1) * td.itemsize(e)
     if staged > device.local_mem_size:
         return (f"the operator takes {staged >> 10} KiB of local memory, the device has "
                 f"{device.local_mem_size >> 10} KiB")
@@ -66,7 +57,7 @@ def _applies(e: Any, device: Any) -> str | None:
         return (f"every configuration needs {least} private bytes per work-item, more than "
                 f"the device's private_bytes_per_work_item ({device.private_bytes_per_work_item})")
     accs = _accumulators(e, device)
-    fewest = min(_registers(e, v, 1, _native(e, device)) for v in _vecs(e, device))
+    fewest = min(_registers(e, v, 1, td.native_lanes(e, device)) for v in _vecs(e, device))
     if fewest > accs:
         return (f"an output row takes at least {fewest} vector accumulators at this device's "
                 f"vector width, more than the {accs} registers")
@@ -75,7 +66,7 @@ def _applies(e: Any, device: Any) -> str | None:
 
 def _space(e: Any, device: Any) -> rc.ParameterSpace:
     maxwg = min(device.max_work_group_size, device.max_work_item_sizes[0])
-    native = _native(e, device)
+    native = td.native_lanes(e, device)
     accs, private = _accumulators(e, device), device.private_bytes_per_work_item
     return rc.ParameterSpace(
         {"last": rc.Choice(_lasts(e)), "vec": rc.Choice(_vecs(e, device)),
@@ -88,7 +79,7 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
                     accs,
                     "vector accumulators (elements x vectors per row) <= 3/4 of the "
                     "device's vector registers"),
-         rc.at_most("local_memory", lambda p: tt.staged_entries(e, p["vec"]) * _itemsize(e),
+         rc.at_most("local_memory", lambda p: tt.staged_entries(e, p["vec"]) * td.itemsize(e),
                     device.local_mem_size, "staged operator <= local_mem_size"),
          rc.at_most("private_memory", lambda p: _private(e, p), private,
                     "private bytes per work-item <= the device's private_bytes_per_work_item"),
@@ -99,12 +90,12 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
 
 def _private(e: Any, p: dict[str, Any]) -> int:
     stages = td.element_stages(e, p["last"])
-    return tt.private_entries(e, stages, p["vec"], p["elements"]) * _itemsize(e)
+    return tt.private_entries(e, stages, p["vec"], p["elements"]) * td.itemsize(e)
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
     lasts = _lasts(e)
-    vec = min(VEC[-1], _native(e, device)) if device.is_cpu else 1
+    vec = min(VEC[-1], td.native_lanes(e, device)) if device.is_cpu else 1
     last = min(lasts, key=lambda c: (_private(e, {"last": c, "vec": vec, "elements": 1})
                                      > device.private_bytes_per_work_item,
                                      td.stage_flops(e, td.element_stages(e, c))))

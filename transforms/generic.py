@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from feinsum import recipes as rc
 from feinsum.recipes import Boolean, Choice, Constraint, ParameterSpace, PowersOfTwo, Recipe
 from feinsum.toolbox import core as tb
 from feinsum.toolbox import vec as tv
+from feinsum.toolbox.parameters import at_most
 
 PER_ITEM, TILES = (1, 2, 4, 8), (1, 2, 4, 8, 16)
 
@@ -73,7 +73,7 @@ def _space(e: Any, device: Any) -> ParameterSpace:
                    and (p["x"] is not None or p["lx"] * p["px"] == 1)
                    and (p["y"] is not None or p["ly"] * p["py"] == 1),
                    "y != x; lx = px = 1 without x, ly = py = 1 without y"),
-        rc.at_most("unrolled", lambda p: p["px"] * p["py"] * p["rtile"], 64,
+        at_most("unrolled", lambda p: p["px"] * p["py"] * p["rtile"], 64,
                 "px*py*rtile <= 64 (code size, registers)"),
         Constraint("tile_or_share", lambda p: p["rtile"] == 1 or p["rlocal"] == 1,
                    "tile the reduction or share it, not both"),
@@ -85,12 +85,11 @@ def _space(e: Any, device: Any) -> ParameterSpace:
         Constraint("slabs", lambda p: not p["slabs"] or (p["lx"] * p["px"] > 1 and all(
                    p[f"stage{c}"] == "none" for c in range(n))),
                    "slabs need a split x and no staging (loopy 2025.2 fetches out of bounds)"),
-        rc.at_most("local_memory", lambda p: _footprint(e, p, "local")
+        at_most("local_memory", lambda p: _footprint(e, p, "local")
                 + p["lx"] * p["ly"] * p["rlocal"] * scratch * (p["rlocal"] > 1),
                 device.local_mem_size, "staged operands + reduction scratch <= local_mem_size"),
-        rc.at_most("private_memory", lambda p: _footprint(e, p, "private"),
-                   device.register_bytes // 2, "register tiles <= half the device's "
-                   "register_bytes per work-item"),
+        at_most("private_memory", lambda p: _footprint(e, p, "private"), device.register_bytes
+                   // 2, "register tiles <= half the device's register_bytes per work-item"),
         *(Constraint(f"stage{c}", lambda p, c=c: p[f"stage{c}"] == "none"
                      or isinstance(_stage_plan(e, p, c), tuple),
                      f"operand {c} can be staged", lambda p, c=c: str(_stage_plan(e, p, c)))
@@ -99,11 +98,10 @@ def _space(e: Any, device: Any) -> ParameterSpace:
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
-    out, r = e.out_indices, tb.main_reduction(e)
+    out, r, wi = e.out_indices, tb.main_reduction(e), device.default_work_items
     x = out[-1] if out else None
     longs = [i for i in out[:-1] if not tb.is_fixed(e, i)]
     y = longs[-1] if longs else (out[-2] if len(out) > 1 else None)
-    wi = device.default_work_items
     most = min(tb.MAX_WORK_GROUP, device.max_work_group_size, device.max_work_item_sizes[0])
     lx = 1 if x is None else tb.pow2_at_least(e.lengths[x], wi) if tb.is_fixed(e, x) else wi
     ly = 1 if y is None or device.is_cpu else min(4, most // lx)
@@ -119,9 +117,8 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
 
 def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     """Distribute output loops, tile or share the reduction, stage operands, unroll."""
-    x, y, r = p["x"], p["y"], tb.main_reduction(e)
+    x, y, r, features = p["x"], p["y"], tb.main_reduction(e), tb.feature_inames(t_unit, e)
     z = [i for i in e.out_indices if i not in (x, y)]
-    features = tb.feature_inames(t_unit, e)
     t = tb.silence(tb.assume_nonempty(t_unit, e), "v1_scheduler_fallback", "write_race*")
     t = tv.vectorize_output(t, e, p["vec"])
     g = l = 0  # next free group / local axis (loopy wants them used from 0 up)
@@ -132,7 +129,7 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
                               slabs=p["slabs"] and i == x and not tb.is_fixed(e, x))
             g, l = g + 1, l + (p[li] > 1)
     t = tb.tag(t, {z[0]: f"g.{g}"} if z else {})
-    if r is not None:
+    if r is not None:  # shared by rlocal work-items, then tiled
         t = tb.tile_reduction(tb.parallel_reduction(t, r, p["rlocal"], axis=l), r, p["rtile"])
     if p["unroll_short"]:
         loops = [*z[1:], *(i for i in e.reduction_indices if i != r), *features]

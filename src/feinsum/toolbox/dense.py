@@ -66,6 +66,28 @@ class Stage:
     lane: str | None = None
 
 
+def itemsize(e: BatchedEinsum) -> int:
+    """Bytes of the widest output value: what a lane of an accumulator vector holds."""
+    return max(e.value_dtype(r).itemsize for r in range(e.nrows))
+
+
+def native_lanes(e: BatchedEinsum, device: Any) -> int:
+    """Lanes of one of *device*'s native vectors of *e*'s values."""
+    return int(device.native_lanes(itemsize(e)))
+
+
+def plans(e: BatchedEinsum) -> list[int | None]:
+    """The contraction plans (``last``: the operand contracted last, ``None``: all at
+    once): every operand for three operands or more."""
+    return [None, *range(e.noperands)] if e.noperands >= 3 else [None]
+
+
+def accumulator_count(n: int, budget: int) -> int:
+    """Accumulators for an output index of length *n*: a divisor of *n* near *budget*."""
+    divs = [k for k in range(1, min(n, budget) + 1) if n % k == 0]
+    return max(divs) if divs[-1] * 2 > min(n, budget) else min(n, budget)
+
+
 def element_index(e: BatchedEinsum) -> str | None:
     """The element index of an element-batched einsum (see the module docstring)."""
     longs = [i for i in e.indices if not isinstance(e.lengths[i], int)]
