@@ -81,7 +81,7 @@ def pocl_problem(recipe: str, e: Any, params: dict[str, Any]) -> str | None:
         return ("PoCL writes past the output in partial work-groups with barriers in the k "
                 "loop (contraction's staging_on_cpus; test_pocl_defects)")
     if recipe == "generic":
-        from feinsum import toolbox as tb
+        from feinsum.toolbox import core as tb
 
         r = tb.main_reduction(e)
         staged = any(params.get(f"stage{c}") == "local" for c in range(e.noperands))
