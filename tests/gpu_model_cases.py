@@ -50,12 +50,9 @@ class Case:
         return f"{self.recipe}-{self.workload}-{self.model}"
 
 
-def all_cases(quick: bool = False) -> list[Case]:
-    """Every recipe x workload x model; *quick*: without the DG workloads batched over 4
-    fields (3-5 s of loopy code generation each for a GPU configuration: the slow sweep
-    runs their defaults)."""
-    return [Case(r, w, m) for r in sorted(recipes()) for w in specs() for m in MODELS
-            if not (quick and w.endswith("_x4"))]
+def all_cases() -> list[Case]:
+    """Every recipe x workload x model."""
+    return [Case(r, w, m) for r in sorted(recipes()) for w in specs() for m in MODELS]
 
 
 def lengths_for(e: Any) -> tuple[dict[str, int], ...]:

@@ -37,7 +37,7 @@ def _check(case: Case, params: dict, cl_queue) -> None:  # type: ignore[no-untyp
     assert err is None, f"{case.id} {json.dumps(params, sort_keys=True)}: {err}"
 
 
-@pytest.mark.parametrize("case", all_cases(quick=True), ids=lambda c: c.id)
+@pytest.mark.parametrize("case", all_cases(), ids=lambda c: c.id)
 def test_default_for_gpu_model_runs_on_cpu(case: Case, cl_queue) -> None:  # type: ignore[no-untyped-def]
     """The model's default configuration is valid, and its code computes evaluate's result
     on the CPU device (identical code generated for several models runs once)."""
