@@ -152,10 +152,9 @@ def schedule_problem(t_unit: Any, names: Sequence[str]) -> str | None:
     whose types loopy cannot infer yet (dtypes given only at the call) is not checked:
     its caller's code generation will.
 
-    Whether a schedule exists and passes loopy's checks before code generation is
-    checked: loopy's check that accesses are ordered
-    (the code generation of the caller runs it) and its on-disk caches (which feinsum's
-    kernels do not hit across processes) are left out, the bulk of the time."""
+    Checked: a schedule exists and passes loopy's pre-codegen checks. Left to the
+    caller's code generation: loopy's check that accesses are ordered, and its on-disk
+    caches (which feinsum's kernels do not hit across processes), the bulk of the time."""
     import loopy as lp
     from loopy.check import pre_codegen_callable_checks
     from loopy.schedule import get_one_linearized_kernel

@@ -94,11 +94,13 @@ def code_dependencies(path: Path) -> dict[str, Path]:
     import importlib.util
 
     found: dict[str, Path] = {}
+    seen: set[str] = set()  # names looked up, modules or not (`from m import function`)
     todo = sorted(_feinsum_imports(path) | {"feinsum.toolbox.core"})
     while todo:
         name = todo.pop()
-        if name in found:
+        if name in seen:
             continue
+        seen.add(name)
         try:
             spec = importlib.util.find_spec(name)
         except (ImportError, ValueError):
@@ -106,7 +108,7 @@ def code_dependencies(path: Path) -> dict[str, Path]:
         if spec is None or not spec.origin or not spec.origin.endswith(".py"):
             continue  # `from feinsum import array` names a function, not a module
         found[name] = Path(spec.origin)
-        todo.extend(sorted(_feinsum_imports(found[name]) - set(found)))
+        todo.extend(sorted(_feinsum_imports(found[name]) - seen))
     return dict(sorted(found.items()))
 
 
