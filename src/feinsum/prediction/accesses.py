@@ -45,6 +45,13 @@ class Access:
     wavefronts: float
     #: distinct 32-byte sectors (global only)
     sectors: float
+    #: executions by warps (whole launch) and by one warp
+    runs: float = 0.0
+    serial: float = 0.0
+    #: the rolled loops around it (what its latency repeats with)
+    loop: frozenset[str] = frozenset()
+    #: a read under a ``?:`` (the compiler issues it after the condition, unbatched)
+    conditional: bool = False
 
 
 class _Evaluator(EvaluationMapper):  # type: ignore[misc]
@@ -73,14 +80,26 @@ class _Evaluator(EvaluationMapper):  # type: ignore[misc]
 
 
 class SubscriptCollector(WalkMapper):  # type: ignore[misc]
-    """Every ``name[index]`` and bare variable an expression reads."""
+    """Every ``name[index]`` and bare variable an expression reads; *conditional* names
+    those read under a ``?:``."""
 
     def __init__(self) -> None:
         super().__init__()
         self.found: list[tuple[str, tuple[Any, ...] | None]] = []
+        self.conditional: set[int] = set()
+        self._depth = 0
+
+    def map_if(self, expr: prim.If, *args: Any) -> None:
+        self.rec(expr.condition, *args)
+        self._depth += 1
+        self.rec(expr.then, *args)
+        self.rec(expr.else_, *args)
+        self._depth -= 1
 
     def map_subscript(self, expr: prim.Subscript, *args: Any) -> None:
         idx = expr.index if isinstance(expr.index, tuple) else (expr.index,)
+        if self._depth:
+            self.conditional.add(len(self.found))
         self.found.append((getattr(expr.aggregate, "name", str(expr.aggregate)), idx))
         self.rec(expr.index, *args)
 

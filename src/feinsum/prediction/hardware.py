@@ -42,6 +42,8 @@ class Hardware:
     #: L1 / local-memory wavefronts per clock (one 128-byte line or one conflict-free
     #: local access of 32 banks x 4 bytes each)
     lsu_per_clock: float
+    #: distinct lines one wavefront of a global read resolves (tag lookups per wavefront)
+    lines_per_wavefront: float
     line_bytes: int
     banks: int
     bank_bytes: int
@@ -54,9 +56,11 @@ class Hardware:
     fp_latency: float
     sfu_latency: float
     barrier_cycles: float
-    #: independent global accesses one warp keeps in flight in a loop the compiler does
-    #: not unroll
+    #: iterations of a rolled loop whose global reads one warp keeps in flight (the
+    #: compiler's software pipelining; a read under a ``?:`` is not pipelined)
     memory_parallelism: float
+    #: the share of the second-largest bound that does not overlap the largest
+    overlap: float
     #: occupancy limits of a compute unit
     max_warps: int
     max_groups: int
@@ -88,8 +92,9 @@ class Hardware:
 _HOPPER: dict[str, Any] = dict(
     compute_units=132, clock_hz=1.98e9, subgroup=32, issue_per_clock=4.0,
     fp32_per_clock=4.0, fp64_per_clock=2.0, sfu_per_clock=0.5, lsu_per_clock=1.0,
-    line_bytes=128, banks=32, bank_bytes=4, global_latency=500.0, local_latency=30.0,
-    fp_latency=6.0, sfu_latency=20.0, barrier_cycles=40.0, memory_parallelism=4.0,
+    lines_per_wavefront=2.0, line_bytes=128, banks=32, bank_bytes=4, global_latency=300.0,
+    local_latency=30.0, fp_latency=6.0, sfu_latency=20.0, barrier_cycles=40.0,
+    memory_parallelism=2.0, overlap=0.5,
     max_warps=64, max_groups=32, registers=65536, max_registers_per_item=255,
     local_memory=228 * KiB, base_registers=24, launch_seconds=2.5e-6)
 #: sustained over datasheet DRAM bandwidth: 4.32 TB/s measured on the H200 (4.8 TB/s sheet)
@@ -140,10 +145,11 @@ def _derived(info: DeviceInfo, name: str) -> Hardware:
         name=name, compute_units=info.compute_units, clock_hz=clock, subgroup=sub,
         issue_per_clock=max(v["issue"], fp32), fp32_per_clock=fp32,
         fp64_per_clock=fp32 * info.fp64_rate, sfu_per_clock=fp32 / 8,
-        lsu_per_clock=v["lsu_bytes"] / v["line_bytes"], line_bytes=v["line_bytes"],
-        banks=v["banks"], bank_bytes=4, dram_bandwidth=info.peak_bandwidth * _SUSTAINED,
-        global_latency=600.0, local_latency=40.0, fp_latency=6.0, sfu_latency=24.0,
-        barrier_cycles=40.0, memory_parallelism=4.0,
+        lsu_per_clock=v["lsu_bytes"] / v["line_bytes"], lines_per_wavefront=1.0,
+        line_bytes=v["line_bytes"], banks=v["banks"], bank_bytes=4,
+        dram_bandwidth=info.peak_bandwidth * _SUSTAINED, global_latency=400.0,
+        local_latency=40.0, fp_latency=6.0, sfu_latency=24.0, barrier_cycles=40.0,
+        memory_parallelism=2.0, overlap=0.5,
         max_warps=fam.max_warps if fam else v["max_warps"],
         max_groups=fam.max_groups if fam else v["max_groups"],
         registers=info.registers_per_compute_unit,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,9 @@ class Statement:
     warp_runs: float
     item_runs: float
     serial_runs: float
-    accesses: tuple[Access, ...]
+    #: the rolled loops around it, and their iterations per warp
+    loop: frozenset[str]
+    loop_serial: float
     #: per work-item execution
     fp: float
     flops: float
@@ -59,6 +61,9 @@ class DeviceKernel:
     registers: int
     stack_bytes: int
     statements: tuple[Statement, ...]
+    #: every memory access, the same address loaded in the same loop body counted once (as
+    #: the compiler loads it once)
+    accesses: tuple[Access, ...]
     #: barriers one work-group passes; iterations of rolled loops, all warps together
     barriers: float
     loop_iterations: float
@@ -128,6 +133,11 @@ class _Reader:
         self.fast_math = any(o in " ".join(map(str, opts)) for o in _FAST_MATH)
         self.notes: list[str] = []
         self.stack = self._stack_arrays()
+        self.stores: dict[frozenset[str], set[str]] = {}
+        for insn in self.knl.instructions:
+            loop = frozenset(set(insn.within_inames) - set(self.local) - set(self.group)
+                             - self.unrolled - self.vec)
+            self.stores.setdefault(loop, set()).update(insn.assignee_var_names())
 
     def count(self, inames: frozenset[str]) -> float:
         """Points of the loop domain of *inames* at the lengths."""
@@ -213,10 +223,16 @@ class _Reader:
                 loops.pop()
             elif isinstance(item, Barrier) and item.synchronization_kind == "local":
                 barriers += self.count(frozenset(loops)) if loops else 1.0
-        stmts = [self._statement(self.knl.id_to_insn[i], gsize, lsize) for i in sorted(ids)]
+        stmts, accesses = [], {}
+        for i in sorted(ids):
+            found = self._statement(self.knl.id_to_insn[i], gsize, lsize)
+            if found is not None:
+                stmts.append(found[0])
+                for key, acc in found[1]:
+                    accesses.setdefault(key, acc)
         registers, stack = self._registers(ids)
         return DeviceKernel(name, groups, group_size, self._local_bytes(ids), registers,
-                            stack, tuple(s for s in stmts if s is not None), barriers,
+                            stack, tuple(stmts), tuple(accesses.values()), barriers,
                             iterations)
 
     def _lanes(self, insn_local: dict[int, str], lsize: list[int]
@@ -242,27 +258,53 @@ class _Reader:
                     first.append({n: coords[a] for a, n in insn_local.items()})
         return len(active_warps), items, first
 
-    def _statement(self, insn: Any, gsize: list[int], lsize: list[int]) -> Statement | None:
+    def _statement(self, insn: Any, gsize: list[int], lsize: list[int]
+                   ) -> tuple[Statement, list[tuple[Any, Access]]] | None:
+        """The statement, and its accesses keyed so that a load of the same address in
+        the same loop body is one (writes are never merged)."""
         import loopy as lp
+        from loopy.symbolic import get_dependencies
 
         if not isinstance(insn, (lp.Assignment, lp.CallInstruction, lp.CInstruction)):
             return None
         within = set(insn.within_inames)
         insn_local = {self.local[n]: n for n in within if n in self.local}
-        insn_group = {self.group[n] for n in within if n in self.group}
-        seq = frozenset(n for n in within if n not in self.local and n not in self.vec)
-        redundant = math.prod(g for a, g in enumerate(gsize) if a not in insn_group)
-        group_runs = self.count(seq) * redundant if seq else float(redundant)
+        insn_group = {n for n in within if n in self.group}
+        unrolled = frozenset(within & self.unrolled)
+        rolled = frozenset(within - set(insn_local.values()) - insn_group - unrolled
+                           - self.vec)
+        redundant = math.prod(g for a, g in enumerate(gsize)
+                              if a not in {self.group[n] for n in insn_group})
         groups = max(1, math.prod(gsize))
         warps, items, lanes = self._lanes(insn_local, lsize)
+
+        def runs(inames: frozenset[str]) -> float:
+            return (self.count(inames) if inames else 1.0) * redundant
+
+        group_runs = runs(rolled | insn_group | unrolled)
+        loop_runs = runs(rolled | insn_group)
         base = {**dict.fromkeys(self.knl.all_inames(), 0), **self.lengths}
         contexts = [{**base, **lane} for lane in lanes] or [base]
-        accesses = self._accesses(insn, contexts, frozenset(within & self.vec))
+        written = set(insn.assignee_var_names())
+        keyed = []
+        for space, var, write, index, spans, cond in self._accesses(
+                insn, contexts, frozenset(within & self.vec)):
+            deps = frozenset(get_dependencies(index) & unrolled) if index is not None else (
+                unrolled)
+            n = runs(rolled | insn_group | deps)
+            acc = warp_access(space, var.name, write, spans, self.hw.line_bytes,
+                              self.hw.banks, self.hw.bank_bytes)
+            acc = replace(acc, runs=n * warps, serial=n / groups, loop=rolled,
+                          conditional=cond)
+            merge = not write and var.name not in written and var.name not in self.stores.get(
+                rolled, set())
+            key = (var.name, str(index), rolled, deps) if merge else (insn.id, len(keyed))
+            keyed.append((key, acc))
         ops, itemsize = self._ops(insn)
-        chain = bool(set(insn.assignee_var_names()) & set(insn.read_dependency_names()))
-        return Statement(insn.id, group_runs * warps, group_runs * items,
-                         group_runs / groups, tuple(accesses), ops.fp, ops.flops, ops.sfu,
-                         ops.other, itemsize, chain)
+        chain = bool(written & set(insn.read_dependency_names()))
+        return (Statement(insn.id, group_runs * warps, group_runs * items, group_runs / groups,
+                          rolled, loop_runs / groups, ops.fp, ops.flops, ops.sfu, ops.other,
+                          itemsize, chain), keyed)
 
     def _space(self, name: str) -> tuple[str | None, Any]:
         import loopy as lp
@@ -280,32 +322,33 @@ class _Reader:
             return "global", tv
         return ("stack", tv) if name in self.stack else (None, None)
 
-    def _accesses(self, insn: Any, contexts: list[dict[str, int]],
-                  vec: frozenset[str]) -> list[Access]:
+    def _accesses(self, insn: Any, contexts: list[dict[str, int]], vec: frozenset[str]
+                  ) -> list[tuple[str, Any, bool, Any, list[tuple[int, int]], bool]]:
+        """``(space, variable, write, index, each lane's bytes, conditional)`` of every
+        memory access."""
         import loopy as lp
 
-        hw = self.hw
-        found: list[tuple[str, Any, bool, list[tuple[int, int]]]] = []
+        found = []
         if isinstance(insn, lp.CInstruction):
             exprs = dict(insn.iname_exprs)
             for kind, width, arr, off in _CVEC.findall(insn.code):
                 space, var = self._space(arr)
                 if space is not None:
                     offset = exprs.get(off, prim_variable(off))
-                    found.append((space, var, kind == "vstore", lane_spans(
-                        var, (offset,), contexts, flat=True, width=int(width))))
-        else:
-            reads = SubscriptCollector()
-            reads(insn.expression)
-            writes = [(a.aggregate.name, a.index if isinstance(a.index, tuple) else (a.index,))
-                      if hasattr(a, "aggregate") else (a.name, None) for a in insn.assignees]
-            for (name, idx), write in [*((r, False) for r in reads.found),
-                                       *((w, True) for w in writes)]:
-                space, var = self._space(name)
-                if space is not None:
-                    found.append((space, var, write, lane_spans(var, idx, contexts, vec)))
-        return [warp_access(space, var.name, write, spans, hw.line_bytes, hw.banks,
-                            hw.bank_bytes) for space, var, write, spans in found]
+                    found.append((space, var, kind == "vstore", offset, lane_spans(
+                        var, (offset,), contexts, flat=True, width=int(width)), False))
+            return found
+        reads = SubscriptCollector()
+        reads(insn.expression)
+        writes = [(a.aggregate.name, a.index if isinstance(a.index, tuple) else (a.index,))
+                  if hasattr(a, "aggregate") else (a.name, None) for a in insn.assignees]
+        for i, ((name, idx), write) in enumerate([*((r, False) for r in reads.found),
+                                                   *((w, True) for w in writes)]):
+            space, var = self._space(name)
+            if space is not None:
+                found.append((space, var, write, idx, lane_spans(var, idx, contexts, vec),
+                              i in reads.conditional))
+        return found
 
     def _ops(self, insn: Any) -> tuple[Ops, int]:
         import loopy as lp

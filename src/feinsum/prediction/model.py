@@ -7,16 +7,18 @@ most work-groups (``ceil(groups / compute units)``: the tail of the last wave co
   address computation per global access, rolled-loop overhead);
 * ``fp``: fp32 and fp64 instructions over their pipes (an FMA is one instruction);
 * ``sfu``: special-function instructions (exp2, log2, rsqrt, reciprocal);
-* ``lsu``: L1 / local-memory wavefronts: distinct cache lines per global warp access,
-  bank conflicts per local one (a broadcast is one), stack traffic;
+* ``lsu``: L1 / local-memory wavefronts: distinct cache lines per global warp access
+  (a read resolves two per wavefront), bank conflicts per local one (a broadcast is one),
+  stack traffic; the same address loaded twice in one loop body counts once, as the
+  compiler loads it once;
 * ``dram``: every global array read and written once, over the sustained bandwidth;
 * ``latency``: what one work-group's warps wait for in sequence (global and local
   latencies over the accesses a warp keeps in flight, dependent FMA chains, barriers),
   once per wave of resident work-groups (occupancy from registers, local memory and
   work-group size).
 
-The kernel takes its largest bound plus the launch; a translation unit its kernels in
-sequence. The constants are the hardware's (:mod:`feinsum.prediction.hardware`), none per
+The kernel takes its largest bound, plus the share of the second-largest that does not
+overlap it, plus the launch; a translation unit its kernels in sequence. The constants are the hardware's (:mod:`feinsum.prediction.hardware`), none per
 workload.
 """
 
@@ -29,6 +31,7 @@ from typing import Any
 
 from feinsum.devices.info import DeviceInfo
 from feinsum.prediction.hardware import Hardware, hardware_for
+from feinsum.prediction.accesses import Access
 from feinsum.prediction.kernels import DeviceKernel, KernelStats, read_kernel
 
 #: warp instructions a rolled loop costs per iteration (increment, compare-and-branch)
@@ -79,19 +82,40 @@ def occupancy(k: DeviceKernel, hw: Hardware) -> tuple[int, str]:
 
 
 def _latency_cycles(k: DeviceKernel, hw: Hardware) -> float:
-    """Cycles one work-group's warps spend waiting in sequence: each statement's reads (a
-    global or a local latency, over the accesses a warp keeps in flight), its special
-    functions, and an accumulation's dependent FMA; the barriers."""
-    total = k.barriers * hw.barrier_cycles
+    """Cycles one work-group's warps spend waiting in sequence. Each loop body (the
+    statements inside the same rolled loops; straight-line code is one) waits per
+    iteration for its reads (a global or a local latency; all reads of one iteration are
+    issued together, and a rolled loop keeps :attr:`Hardware.memory_parallelism`
+    iterations' global reads in flight unless one is under a ``?:``), its special
+    functions and, if it accumulates, one dependent FMA; barriers add their cost."""
+    bodies: dict[frozenset[str], dict[str, float]] = {}
     for s in k.statements:
-        reads = [a for a in s.accesses if not a.write]
-        mem = (hw.global_latency if any(a.space == "global" for a in reads)
-               else hw.local_latency if reads else 0.0)
-        wait = mem / hw.memory_parallelism + hw.sfu_latency * s.sfu
-        if s.chain and s.fp:
-            wait += hw.fp_latency
-        total += s.serial_runs * wait
+        b = bodies.setdefault(s.loop, {"iters": 0.0, "mem": 0.0, "arith": 0.0, "mlp": 1.0})
+        b["iters"] = max(b["iters"], s.loop_serial)
+        wait = hw.sfu_latency * s.sfu + (hw.fp_latency if s.chain and s.fp else 0.0)
+        b["arith"] = max(b["arith"], wait)
+        if s.loop:
+            b["mlp"] = hw.memory_parallelism
+    for a in k.accesses:
+        if not a.write and a.loop in bodies:
+            body = bodies[a.loop]
+            lat = hw.global_latency if a.space == "global" else hw.local_latency
+            body["mem"] = max(body["mem"], lat)
+            if a.conditional and a.space == "global":
+                body["mlp"] = 0.0
+    total = k.barriers * hw.barrier_cycles
+    for b in bodies.values():
+        total += b["iters"] * (b["mem"] / max(1.0, b["mlp"]) + b["arith"])
     return total
+
+
+def _wavefronts(a: Access, hw: Hardware) -> float:
+    """L1 / local-memory wavefronts of one warp execution of access *a*: a global read
+    resolves :attr:`Hardware.lines_per_wavefront` lines per wavefront, a global write
+    one line per wavefront, a local access its bank conflicts, stack its bytes."""
+    if a.space == "global" and not a.write:
+        return max(1.0, a.wavefronts / hw.lines_per_wavefront)
+    return a.wavefronts
 
 
 def kernel_components(k: DeviceKernel, hw: Hardware) -> dict[str, float]:
@@ -100,15 +124,15 @@ def kernel_components(k: DeviceKernel, hw: Hardware) -> dict[str, float]:
     cycle = 1.0 / hw.clock_hz
     issue = fp32 = fp64 = sfu = lsu = 0.0
     for s in k.statements:
-        n_global = sum(a.space == "global" for a in s.accesses)
-        issue += s.warp_runs * (s.fp + s.sfu + s.other + len(s.accesses)
-                                + ADDRESS_INSTRUCTIONS * n_global)
+        issue += s.warp_runs * (s.fp + s.sfu + s.other)
         if s.itemsize == 8:
             fp64 += s.warp_runs * s.fp
         else:
             fp32 += s.warp_runs * s.fp
         sfu += s.warp_runs * s.sfu
-        lsu += s.warp_runs * sum(a.wavefronts for a in s.accesses)
+    for a in k.accesses:
+        issue += a.runs * (1.0 + (ADDRESS_INSTRUCTIONS if a.space == "global" else 0.0))
+        lsu += a.runs * _wavefronts(a, hw)
     issue += k.loop_iterations * LOOP_INSTRUCTIONS
     resident, _ = occupancy(k, hw)
     waves = math.ceil(math.ceil(k.groups / hw.compute_units) / resident)
@@ -120,6 +144,15 @@ def kernel_components(k: DeviceKernel, hw: Hardware) -> dict[str, float]:
         "lsu": lsu * busiest / hw.lsu_per_clock * cycle,
         "latency": waves * _latency_cycles(k, hw) * cycle,
     }
+
+
+def kernel_seconds(comp: dict[str, float], hw: Hardware) -> tuple[float, str]:
+    """A device kernel's seconds from its bounds: the largest, plus the part of the
+    second-largest that does not overlap it (:attr:`Hardware.overlap`); and the largest's
+    name."""
+    ranked = sorted(comp, key=comp.__getitem__, reverse=True)
+    second = comp[ranked[1]] if len(ranked) > 1 else 0.0
+    return comp[ranked[0]] + hw.overlap * second, ranked[0]
 
 
 def combine(stats: KernelStats, hw: Hardware, roofline_seconds: float | None = None,
@@ -136,8 +169,8 @@ def combine(stats: KernelStats, hw: Hardware, roofline_seconds: float | None = N
         comp = kernel_components(k, hw)
         # a kernel's share of the DRAM traffic: in proportion to its work-groups
         comp["dram"] = dram * k.groups / total_work
-        bound = max(comp, key=comp.__getitem__)
-        t = comp[bound] + hw.launch_seconds
+        t, bound = kernel_seconds(comp, hw)
+        t += hw.launch_seconds
         seconds += t
         limits[bound] = limits.get(bound, 0.0) + comp[bound]
         for r, v in comp.items():
