@@ -223,7 +223,8 @@ class _Reader:
                 loops.pop()
             elif isinstance(item, Barrier) and item.synchronization_kind == "local":
                 barriers += self.count(frozenset(loops)) if loops else 1.0
-        stmts, accesses = [], {}
+        stmts: list[Statement] = []
+        accesses: dict[Any, Access] = {}
         for i in sorted(ids):
             found = self._statement(self.knl.id_to_insn[i], gsize, lsize)
             if found is not None:
@@ -286,7 +287,7 @@ class _Reader:
         base = {**dict.fromkeys(self.knl.all_inames(), 0), **self.lengths}
         contexts = [{**base, **lane} for lane in lanes] or [base]
         written = set(insn.assignee_var_names())
-        keyed = []
+        keyed: list[tuple[Any, Access]] = []
         for space, var, write, index, spans, cond in self._accesses(
                 insn, contexts, frozenset(within & self.vec)):
             deps = frozenset(get_dependencies(index) & unrolled) if index is not None else (
@@ -438,5 +439,11 @@ class _Reader:
 
 
 def read_kernel(t_unit: Any, lengths: Mapping[str, int], hw: Hardware) -> KernelStats:
-    """What the performance model needs of *t_unit* at *lengths* on *hw*."""
-    return _Reader(t_unit, lengths, hw).kernels()
+    """What the performance model needs of *t_unit* at *lengths* on *hw* (loopy's
+    warnings about its counting, e.g. "Barvinok wrappers are not installed": counts of
+    guarded domains are upper bounds, are silenced)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _Reader(t_unit, lengths, hw).kernels()

@@ -18,8 +18,8 @@ most work-groups (``ceil(groups / compute units)``: the tail of the last wave co
   work-group size).
 
 The kernel takes its largest bound, plus the share of the second-largest that does not
-overlap it, plus the launch; a translation unit its kernels in sequence. The constants are the hardware's (:mod:`feinsum.prediction.hardware`), none per
-workload.
+overlap it, plus the launch; a translation unit its kernels in sequence. The constants are
+the hardware's (:mod:`feinsum.prediction.hardware`), none per workload.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from feinsum.devices.info import DeviceInfo
-from feinsum.prediction.hardware import Hardware, hardware_for
 from feinsum.prediction.accesses import Access
+from feinsum.prediction.hardware import Hardware, hardware_for
 from feinsum.prediction.kernels import DeviceKernel, KernelStats, read_kernel
 
 #: warp instructions a rolled loop costs per iteration (increment, compare-and-branch)
