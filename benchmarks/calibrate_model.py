@@ -81,15 +81,19 @@ def subset(records: list[Any], per_workload: int) -> list[Any]:
     return out
 
 
-def _rst(rows: list[tuple[Any, Any]], summary: Any, model: str) -> str:
-    head = ("id", "workload", "recipe", "measured ms", "predicted ms", "ratio", "bound")
+def _rst(rows: list[tuple[Any, Any, bool]], summary: Any, model: str) -> str:
+    head = ("id", "workload", "recipe", "measured ms", "predicted ms", "ratio", "bound",
+            "code")
     body = [(str(r.id), r.workload, r.recipe, f"{r.seconds * 1e3:.4g}",
-             f"{p.seconds * 1e3:.4g}", f"{p.seconds / r.seconds:.2f}", p.limit)
-            for r, p in rows]
+             f"{p.seconds * 1e3:.4g}", f"{p.seconds / r.seconds:.2f}", p.limit,
+             "as measured" if same else "differs")
+            for r, p, same in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
     rule = "  ".join("=" * w for w in widths)
-    lines = [rule, "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)), rule]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths, strict=True)) for b in body]
+    lines = [rule, "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip(),
+             rule]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths, strict=True)).rstrip()
+              for b in body]
     lines.append(rule)
     ws = sorted(summary.spearman)
     lines += ["", f"Model ``{model}``: {summary.count} records, "
@@ -124,12 +128,12 @@ def main() -> None:
     for r in records:
         t0 = time.perf_counter()
         p, same = r.check(args.model)
-        rows.append((r, p))
+        rows.append((r, p, same))
         print(f"{r.id:>4} {r.workload:<11} {r.recipe:<14} {r.seconds * 1e3:>8.4f}ms "
               f"{p.seconds * 1e3:>8.4f}ms {p.seconds / r.seconds:>6.2f}  {p.limit:<9} "
               f"{'same' if same else 'DIFFERS'} ({time.perf_counter() - t0:.1f} s)",
               flush=True)
-    s = summarise(rows)
+    s = summarise((r, p) for r, p, _ in rows)
     logs = sorted(math.log(x) for x in s.ratios)
     print(f"\n{s.count} records: {s.within_2x:.0%} within 0.5-2x, geometric mean error "
           f"{s.geometric_error:.2f}x, median ratio {math.exp(logs[len(logs) // 2]):.2f}")
