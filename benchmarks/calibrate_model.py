@@ -11,6 +11,11 @@ compared with the record's). The model of ``--model`` predicts it; the script pr
 record's predicted and measured time, their ratio and the bounding resource, the ratio
 spread, and per workload Spearman's rank correlation and the share of pairs in order.
 
+The script runs with the hash seed the timing workers generate code with
+(``PYTHONHASHSEED=0``, :data:`feinsum.timing.isolation.CODE_HASH_SEED`; it starts itself
+again with it if needed): loopy's code for some kernels depends on the seed, and the code
+predicted must be the code that was timed.
+
 ``--rst FILE`` writes the table docs/performance-model.rst includes; ``--json FILE`` writes
 ``--subset`` records per workload (the fastest, the slowest and evenly between, by measured
 time) for ``tests/test_prediction_h200.py``. Nothing is fitted here: the model's constants
@@ -108,6 +113,13 @@ def _rst(rows: list[tuple[Any, Any, bool]], summary: Any, model: str) -> str:
 
 
 def main() -> None:
+    import os
+
+    from feinsum.timing.isolation import CODE_HASH_SEED
+
+    if os.environ.get("PYTHONHASHSEED") != CODE_HASH_SEED:
+        env = {**os.environ, "PYTHONHASHSEED": CODE_HASH_SEED}
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", type=Path, default=DEFAULT_DB)
     ap.add_argument("--model", default="h200", help="the device model that predicts")

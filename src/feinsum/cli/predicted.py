@@ -77,7 +77,8 @@ def dry_run(args: argparse.Namespace, spec: Any, lengths: dict[str, int]) -> int
     for r in chosen:
         predictor = predictor_for(r, target.spec, info, target.lengths)
         default = r.default(target.spec, info)
-        strat = Predicted(r.space(target.spec, info), predictor=predictor or (lambda c: None),
+        strat = Predicted(r.space(target.spec, info),
+                          predictor=predictor or (lambda cs, _: [None] * len(cs)),
                           pool=pool_size(share), seed=args.seed, default=default)
         for rank, (config, _) in enumerate(strat.rank()[:args.show], 1):
             p, why = None, ""

@@ -6,13 +6,19 @@ time before measuring any: the recipe's default and random valid configurations,
 :func:`pool_size` of them, predicted for at most :data:`RANKING_SECONDS` (what is not
 predicted by then, or cannot be, follows in its random order). The budget is then spent on
 the best-predicted first; when the pool is spent, random configurations follow.
+
+The predictions run in a pool of spawned processes (the tuner's ``workers``) with the hash
+seed the timing workers generate code with (:data:`feinsum.timing.isolation.CODE_HASH_SEED`:
+loopy's code for some kernels depends on it), so the code predicted is the code timed.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
+import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from feinsum.recipes import Config, ParameterSpace
@@ -21,7 +27,8 @@ from feinsum.tuning.strategies import RandomSearch, Strategy
 #: Seconds one recipe's ranking may take (a prediction takes about one to five).
 RANKING_SECONDS = 20.0
 
-Predictor = Callable[[Mapping[str, Any]], float | None]
+#: predicted seconds of each configuration (None: not predicted) within a time budget
+Predictor = Callable[[Sequence[Mapping[str, Any]], float], list[float | None]]
 
 
 def pool_size(share: int | None) -> int:
@@ -30,17 +37,19 @@ def pool_size(share: int | None) -> int:
 
 
 class Predicted(Strategy):
-    """The default and random configurations, best predicted first (*predictor*: a
-    configuration's predicted seconds, None if it cannot be predicted)."""
+    """The default and random configurations, best predicted first (*predictor*: the
+    configurations' predicted seconds within a time budget, None for those it cannot
+    predict)."""
 
     name = "predicted"
 
     def __init__(self, space: ParameterSpace, *, predictor: Predictor, pool: int = 16,
-                 seconds: float = RANKING_SECONDS, **kwargs: Any) -> None:
+                 seconds: float | None = None, **kwargs: Any) -> None:
         super().__init__(space, **kwargs)
         self.predictor = predictor
         self.pool = pool
-        self.seconds = seconds
+        #: seconds of predictions (default :data:`RANKING_SECONDS`)
+        self.seconds = RANKING_SECONDS if seconds is None else seconds
         self._random = RandomSearch(space, seed=self.seed, default=self.default,
                                     measured=set(self.seen))
         self._ranked: Iterator[Config] | None = None
@@ -56,11 +65,9 @@ class Predicted(Strategy):
                 if config is None:
                     break
                 pool.append(config)
-            deadline = time.monotonic() + self.seconds
-            scored: list[tuple[float, int, Config, float | None]] = []
-            for i, config in enumerate(pool):
-                t = self.predictor(config) if time.monotonic() < deadline else None
-                scored.append((t if t is not None else math.inf, i, config, t))
+            times = self.predictor(pool, self.seconds)
+            scored = [(t if t is not None else math.inf, i, c, t)
+                      for i, (c, t) in enumerate(zip(pool, times, strict=True))]
             scored.sort(key=lambda s: (s[0], s[1]))
             self.ranking = [(c, t) for _, _, c, t in scored]
             self._ranked = iter([c for c, _ in self.ranking])
@@ -80,23 +87,92 @@ class Predicted(Strategy):
                 return self._take(nxt)
 
 
-def predictor_for(recipe: Any, spec: Any, device: Any, lengths: Mapping[str, int]
-                  ) -> Predictor | None:
-    """Predicted seconds of *recipe*'s configurations of canonical *spec* at *lengths* on
-    *device* (a ``DeviceInfo``); None when the performance model does not describe the
-    device (a CPU, a GPU without a model)."""
+def predictor_for(recipe: Any, spec: Any, device: Any, lengths: Mapping[str, int],
+                  workers: int = 1) -> Predictor | None:
+    """A :data:`Predictor` of *recipe*'s configurations of canonical *spec* at *lengths* on
+    *device* (a ``DeviceInfo``), in *workers* spawned processes (1: in this one); None when
+    the performance model does not describe the device (a CPU, a GPU without a model)."""
     from feinsum.errors import FeinsumError
-    from feinsum.prediction import hardware_for, predict_configuration
+    from feinsum.prediction import hardware_for
 
     try:
         hardware_for(device)
     except FeinsumError:
         return None
+    from feinsum.spec.serialize import spec_to_json
 
-    def predict(config: Mapping[str, Any]) -> float | None:
-        try:
-            return predict_configuration(recipe, spec, config, device, lengths).seconds
-        except Exception:  # a configuration the model cannot read: measured unranked
-            return None
+    name, source, version = recipe.name, str(recipe.source_path or ""), recipe.version
+    spec_json = spec_to_json(spec)
+
+    def predict(configs: Sequence[Mapping[str, Any]], seconds: float) -> list[float | None]:
+        deadline = time.monotonic() + seconds
+        if workers <= 1:
+            return [_predict_here(recipe, spec, device, lengths, c)
+                    if time.monotonic() < deadline else None for c in configs]
+        pool = _executor(workers)
+        futures = [pool.submit(_predict_job, name, source, version, spec_json, device,
+                               dict(lengths), dict(c)) for c in configs]
+        done, late = concurrent.futures.wait(futures, max(0.0, deadline - time.monotonic()))
+        for f in late:
+            f.cancel()
+        return [f.result() if f in done and f.exception() is None else None
+                for f in futures]
 
     return predict
+
+
+def _predict_here(recipe: Any, spec: Any, device: Any, lengths: Mapping[str, int],
+                  config: Mapping[str, Any]) -> float | None:
+    from feinsum.prediction import predict_configuration
+
+    try:
+        return predict_configuration(recipe, spec, config, device, lengths).seconds
+    except Exception:  # a configuration the model cannot read: measured unranked
+        return None
+
+
+def _predict_job(name: str, source: str, version: str, spec_json: dict[str, Any], device: Any,
+                 lengths: Mapping[str, int], config: Mapping[str, Any]) -> float | None:
+    """One prediction in a worker process: the recipe loaded again (by name, from its
+    directory), None if that is not the same version."""
+    from pathlib import Path
+
+    from feinsum.recipes import get_recipe
+    from feinsum.spec.serialize import spec_from_json
+
+    try:
+        recipe = get_recipe(name, [str(Path(source).parent)] if source else None)
+    except Exception:
+        return None
+    if recipe.version != version:
+        return None
+    return _predict_here(recipe, spec_from_json(spec_json), device, lengths, config)
+
+
+_EXECUTORS: dict[int, concurrent.futures.ProcessPoolExecutor] = {}
+
+
+def _executor(workers: int) -> concurrent.futures.ProcessPoolExecutor:
+    """A pool of *workers* spawned processes with the timing workers' hash seed (kept for
+    the process's lifetime: the next tuning run reuses it warm)."""
+    if workers not in _EXECUTORS:
+        import atexit
+        import multiprocessing
+
+        from feinsum.timing.isolation import CODE_HASH_SEED
+
+        before = os.environ.get("PYTHONHASHSEED")
+        os.environ["PYTHONHASHSEED"] = CODE_HASH_SEED  # read by the processes it spawns
+        try:
+            pool = concurrent.futures.ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("spawn"))
+            # every process started now, under this seed (they are spawned on demand)
+            concurrent.futures.wait([pool.submit(time.sleep, 0.5) for _ in range(workers)])
+        finally:
+            if before is None:
+                os.environ.pop("PYTHONHASHSEED", None)
+            else:
+                os.environ["PYTHONHASHSEED"] = before
+        _EXECUTORS[workers] = pool
+        atexit.register(pool.shutdown, wait=False, cancel_futures=True)
+    return _EXECUTORS[workers]

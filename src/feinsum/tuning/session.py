@@ -362,7 +362,8 @@ def autotune(
         budget = DEFAULT_BUDGET
     share = None if budget is None else max(1, budget // max(1, len(chosen)))
     arms = [_make_arm(r, target, info, records, strategy, share, seed,
-                      (fixed or {}).get(r.name), opts, roof) for r in chosen]
+                      (fixed or {}).get(r.name), opts, roof, workers or default_jobs())
+            for r in chosen]
     base_m: Measurement | None = None
     if baseline:
         from feinsum.timing.measurement import untransformed_version
@@ -426,7 +427,7 @@ def _holding(lock: Any) -> Iterator[None]:
 
 def _make_arm(r: Recipe, target: Target, info: DeviceInfo, records: _Records, strategy: str,
               share: int | None, seed: int, pins: Mapping[str, Any] | None,
-              opts: MeasureOptions, roof: Roofline | None) -> _Arm:
+              opts: MeasureOptions, roof: Roofline | None, workers: int = 1) -> _Arm:
     """A recipe's arm: its (restricted) space and strategy, seeded with its records."""
     space = r.space(target.spec, info)
     default: dict[str, Any] | None = r.default(target.spec, info)
@@ -440,7 +441,7 @@ def _make_arm(r: Recipe, target: Target, info: DeviceInfo, records: _Records, st
     known = [(dict(rec.params), rec.min_time if rec.status == "ok" else None)
              for rec in old]
     strat: Strategy
-    predictor = (predictor_for(r, target.spec, info, target.lengths)
+    predictor = (predictor_for(r, target.spec, info, target.lengths, workers)
                  if strategy in ("auto", "predicted") else None)
     if predictor is not None:
         strat = Predicted(space, predictor=predictor, pool=pool_size(share), seed=seed,
