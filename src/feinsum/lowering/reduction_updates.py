@@ -13,7 +13,11 @@ time into accumulators they declare themselves:
 * :func:`enable_vector_calls` lets loopy vectorize OpenCL's elementwise math builtins
   (``exp``, ``sqrt``...) over a ``vec`` iname: OpenCL overloads them for vector types,
   but loopy 2025.2 refuses every call under ``vec`` and silently falls back to
-  per-lane scalar code.
+  per-lane scalar code;
+* :data:`MATH_MODES` are the ``exp``/``log`` flavours the templates offer (the recipes'
+  ``math`` parameter): :func:`rewrite_math` rewrites a value's ``exp``/``log`` calls,
+  :class:`Updater` uses the mode's functions in its log-sum-exp updates, and
+  :func:`register_math` tells loopy the OpenCL built-ins a mode calls.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from feinsum.spec.model import INDEX_REDUCTIONS
 ELEMENTWISE_FUNCTIONS = frozenset({
     "exp", "log", "sqrt", "rsqrt", "fabs", "abs", "sin", "cos", "tan", "tanh", "sinh", "cosh",
     "log1p", "expm1", "erf", "floor", "ceil", "fmin", "fmax", "exp2", "log2", "pow",
+    "native_exp", "native_exp2", "native_log", "native_log2",
 })
 
 
@@ -56,6 +61,94 @@ def enable_vector_calls() -> None:
 
     map_call._feinsum = True  # type: ignore[attr-defined]
     checker.map_call = map_call  # type: ignore[method-assign]
+
+
+# }}}
+
+
+# {{{ exp/log flavours
+
+#: The ``exp``/``log`` flavours of the kernel-reduction templates (the ``math`` parameter):
+#: ``accurate``: ``exp``, ``log`` (OpenCL's full-profile accuracy, <= 3 ulp);
+#: ``native``: ``native_exp``, ``native_log`` (the hardware's approximations);
+#: ``exp2``: ``exp(a*x)`` as ``exp2((a*log2 e)*x)`` with the loop-invariant factors of the
+#: argument folded into one constant, log-sum-exp kept in base 2;
+#: ``native_exp2``: the same with ``native_exp2``/``native_log2``. Native flavours are
+#: float32 only (OpenCL has no double ``native_*``).
+MATH_MODES = ("accurate", "native", "exp2", "native_exp2")
+
+_EXP = {"accurate": "exp", "native": "native_exp", "exp2": "exp2",
+        "native_exp2": "native_exp2"}
+_LOG = {"accurate": "log", "native": "native_log", "exp2": "log2",
+        "native_exp2": "native_log2"}
+#: What each mode may call beyond loopy's OpenCL functions (registered by register_math).
+_CALLS = {"accurate": (), "native": ("native_exp", "native_log"), "exp2": ("exp2", "log2"),
+          "native_exp2": ("native_exp2", "native_log2", "native_log")}
+
+
+def is_base2(mode: str) -> bool:
+    """Whether *mode* evaluates exponentials in base 2 (log-sum-exp pairs in base-2 units)."""
+    return mode in ("exp2", "native_exp2")
+
+
+def register_math(t_unit: Any, mode: str) -> Any:
+    """*t_unit* with the OpenCL built-ins of *mode* that loopy does not know registered."""
+    from loopy.transform.callable import register_callable
+
+    from feinsum.lowering.loopy_ops import MathCallable
+
+    if mode not in MATH_MODES:
+        raise ValueError(f"unknown math mode {mode!r}; one of {MATH_MODES}")
+    for name in _CALLS[mode]:
+        t_unit = register_callable(t_unit, name, MathCallable(name))
+    return t_unit
+
+
+def _flat_factors(expr: Any) -> list[Any]:
+    if isinstance(expr, prim.Product):
+        return [f for c in expr.children for f in _flat_factors(c)]
+    return [expr]
+
+
+def rewrite_math(expr: Any, mode: str, dtype: np.dtype[Any], invariant: Any) -> Any:
+    """*expr* with its ``exp``/``log`` calls in the flavour *mode* (:data:`MATH_MODES`).
+    Base-2 flavours fold ``log2 e`` and the factors of an ``exp`` argument for which
+    ``invariant(factor)`` holds (loop-invariant: parameters, numbers) into one product
+    written first, which compilers hoist out of the loop: ``exp(-d*g)`` becomes
+    ``exp2((-1.4427*g)*d)``, one multiplication per term."""
+    from loopy.symbolic import IdentityMapper
+
+    if mode == "accurate":
+        return expr
+    log2e = dtype.type(np.log2(np.e))
+    exp_name = _EXP[mode]
+    log_name = "log" if mode == "exp2" else "native_log"
+
+    class M(IdentityMapper):  # type: ignore[misc]
+        def map_call(self, expr: prim.Call) -> Any:
+            params = tuple(self.rec(p) for p in expr.parameters)
+            name = getattr(expr.function, "name", None)
+            if name == "exp" and len(params) == 1:
+                (arg,) = params
+                if is_base2(mode):
+                    fs = _flat_factors(arg)
+                    number = log2e
+                    inv, rest = [], []
+                    for f in fs:
+                        if isinstance(f, (int, float, np.number)):
+                            number = dtype.type(number * f)
+                        elif invariant(f):
+                            inv.append(f)
+                        else:
+                            rest.append(f)
+                    head: Any = prim.Product((number, *inv)) if inv else number
+                    arg = prim.Product((head, *rest)) if rest else head
+                return prim.Call(prim.Variable(exp_name), (arg,))
+            if name == "log" and len(params) == 1:
+                return prim.Call(prim.Variable(log_name), params)
+            return prim.Call(expr.function, params)
+
+    return M()(expr)
 
 
 # }}}
@@ -93,11 +186,14 @@ class Updater:
     logsumexp: the scaled sum). ``acc_ref``/``aux_ref`` are the accesses
     (``acc[3, ii]``), ``value`` the expression of the new term, ``index`` its reduction
     index (an expression, for argmin/argmax). All selects are written so that vector
-    accumulators work.
+    accumulators work. ``math`` (:data:`MATH_MODES`) is the flavour of log-sum-exp's
+    ``exp``/``log``; the base-2 ones keep the pair in base-2 units (``acc`` the maximum of
+    ``value * log2 e``), which :meth:`result` converts back.
     """
 
     kind: str
     dtype: np.dtype[Any]
+    math: str = "accurate"
 
     @property
     def index_dtype(self) -> np.dtype[Any]:
@@ -158,8 +254,10 @@ class Updater:
             # acc = running max m, aux = sum of exp(v - m); one exp per term:
             # d = v - m; t = exp(-|d|); d > 0: s = s*t + 1, m = v; d <= 0: s += t;
             # d NaN (v NaN, or both infinite of one sign): s unchanged, m = NaN if v is.
+            if is_base2(self.math):
+                value = prim.Product((self.dtype.type(np.log2(np.e)), value))
             d = prim.Sum((value, prim.Product((-1, acc))))
-            t = prim.Call(prim.Variable("exp"),
+            t = prim.Call(prim.Variable(_EXP[self.math]),
                           (prim.Product((-1, prim.Call(prim.Variable("fabs"), (d,)))),))
             pos = prim.Comparison(d, ">", 0)
             nonpos = prim.Comparison(d, "<=", 0)
@@ -191,7 +289,8 @@ class Updater:
 
         def scaled(s: Any, m: Any) -> Any:
             return prim.If(prim.Comparison(s, "==", 0), s, prim.Product((
-                s, prim.Call(prim.Variable("exp"), (prim.Sum((m, prim.Product((-1, mx)))),)))))
+                s, prim.Call(prim.Variable(_EXP[self.math]),
+                             (prim.Sum((m, prim.Product((-1, mx)))),)))))
 
         return [
             (aux, prim.If(nan, aux, prim.If(inf, prim.Sum((aux, aux2)),
@@ -202,7 +301,9 @@ class Updater:
     def result(self, acc: Any, aux: Any) -> Any:
         """The reduced value from the accumulator."""
         if self.kind == "logsumexp":
-            return prim.Sum((acc, prim.Call(prim.Variable("log"), (aux,))))
+            total = prim.Sum((acc, prim.Call(prim.Variable(_LOG[self.math]), (aux,))))
+            return prim.Product((self.dtype.type(np.log(2)), total)) if is_base2(
+                self.math) else total
         return acc
 
 
