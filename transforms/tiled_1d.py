@@ -86,10 +86,9 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     if not isinstance(form, str):
         while rows > 1 and rt.private_values(form, rows) > 64:
             rows //= 2
-    native = single and any(v in device.vendor for v in ("NVIDIA", "Advanced Micro"))
     return {"K": k, "rows": rows, "unroll": min(k, GPU_UNROLLED // rows), "peel": True,
             "pack": not isinstance(form, str) and rt.pack_width(form) is not None,
-            "math": "native_exp2" if native else "exp2", "denorms_are_zero": single}
+            "math": rt.default_math(form, device), "denorms_are_zero": single}
 
 
 def _apply(t_unit: lp.TranslationUnit, params: dict[str, Any], e: Any, device: Any

@@ -81,6 +81,23 @@ def private_values(form: ka.Form, rows: int) -> int:
     return rows * (i_vals + per_acc * len(ka.row_terms(form)))
 
 
+#: Vendors whose ``native_exp2`` is the hardware's base-2 exponential at about 2 ulp (NVIDIA's
+#: ``ex2.approx``, AMD's ``v_exp_f32``): there the GPU defaults use it.
+NATIVE_EXP2_VENDORS = ("NVIDIA", "Advanced Micro Devices")
+
+
+def default_math(form: ka.Form | str, device: Any) -> str:
+    """The ``math`` flavour of the kernel-reduction recipes' defaults: ``accurate`` on CPUs
+    (their code stays as it was), ``native_exp2`` for float32 on the GPUs of
+    :data:`NATIVE_EXP2_VENDORS`, else ``exp2`` (accurate to OpenCL's 3 ulp; the folded
+    constant adds the rounding of one product to the argument)."""
+    if device.is_cpu or isinstance(form, str):
+        return "accurate"
+    single = form.dtype.itemsize == 4
+    vendor = device.vendor or ""
+    return "native_exp2" if single and any(v in vendor for v in NATIVE_EXP2_VENDORS) else "exp2"
+
+
 def tiled_kernel(e: Any, t: Tiling) -> Any:
     """The GpuConv1D kernel of the kernel reduction ``e`` with the options *t*."""
     import loopy as lp
