@@ -22,6 +22,7 @@ time into accumulators they declare themselves:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +77,7 @@ def enable_vector_calls() -> None:
 #: ``native_exp2``: the same with ``native_exp2``/``native_log2``. Native flavours are
 #: float32 only (OpenCL has no double ``native_*``).
 MATH_MODES = ("accurate", "native", "exp2", "native_exp2")
+LOG2E, LN2 = math.log2(math.e), math.log(2.0)
 
 _EXP = {"accurate": "exp", "native": "native_exp", "exp2": "exp2",
         "native_exp2": "native_exp2"}
@@ -120,7 +122,7 @@ def rewrite_math(expr: Any, mode: str, dtype: np.dtype[Any], invariant: Any) -> 
 
     if mode == "accurate":
         return expr
-    log2e = dtype.type(np.log2(np.e))
+    log2e = dtype.type(LOG2E)
     exp_name = _EXP[mode]
     log_name = "log" if mode == "exp2" else "native_log"
 
@@ -255,7 +257,7 @@ class Updater:
             # d = v - m; t = exp(-|d|); d > 0: s = s*t + 1, m = v; d <= 0: s += t;
             # d NaN (v NaN, or both infinite of one sign): s unchanged, m = NaN if v is.
             if is_base2(self.math):
-                value = prim.Product((self.dtype.type(np.log2(np.e)), value))
+                value = prim.Product((self.dtype.type(LOG2E), value))
             d = prim.Sum((value, prim.Product((-1, acc))))
             t = prim.Call(prim.Variable(_EXP[self.math]),
                           (prim.Product((-1, prim.Call(prim.Variable("fabs"), (d,)))),))
@@ -302,7 +304,7 @@ class Updater:
         """The reduced value from the accumulator."""
         if self.kind == "logsumexp":
             total = prim.Sum((acc, prim.Call(prim.Variable(_LOG[self.math]), (aux,))))
-            return prim.Product((self.dtype.type(np.log(2)), total)) if is_base2(
+            return prim.Product((self.dtype.type(LN2), total)) if is_base2(
                 self.math) else total
         return acc
 

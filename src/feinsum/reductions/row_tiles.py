@@ -30,6 +30,8 @@ from feinsum.lowering.reduction_updates import Updater, register_math, rewrite_m
 from feinsum.reductions import analysis as ka
 from feinsum.reductions import templates as kt
 
+_VEC2: Any = "c,vec"  # loopy parses dim_tags strings (its annotations say tag objects)
+
 #: The vector widths a packed j-point may take (OpenCL's, without 3: a float3 takes 4).
 PACK_WIDTHS = (2, 4, 8, 16)
 
@@ -145,7 +147,7 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                 pack_ids.append(pid)
     if width:
         temps.append(lp.TemporaryVariable("jp_l", form.j_arrays[0].dtype, shape=(K, width),
-                                          dim_tags="c,vec", address_space=loc))
+                                          dim_tags=_VEC2, address_space=loc))
     else:
         temps += [lp.TemporaryVariable(f"{a.name}_l", a.dtype, shape=(K, ka.n_short(a)),
                                        address_space=loc) for a in form.j_arrays]
