@@ -196,6 +196,9 @@ class Updater:
     kind: str
     dtype: np.dtype[Any]
     math: str = "accurate"
+    #: the accumulators are scalars: in-order updates may use logical operators, and take
+    #: fewer comparisons and selects (no nested selects a compiler turns into branches)
+    scalar: bool = False
 
     @property
     def index_dtype(self) -> np.dtype[Any]:
@@ -229,6 +232,14 @@ class Updater:
         k = self.kind
         if k == "sum":
             return [(acc, prim.Sum((acc, value)))]
+        if self.scalar and ordered and k in ("min", "max", *INDEX_REDUCTIONS):
+            # take the term when it beats acc or is NaN, unless acc is NaN already (the
+            # first NaN wins): !(v >= acc) && acc == acc, for min
+            worse = ">=" if k in ("min", "argmin") else "<="
+            take = prim.LogicalAnd((prim.LogicalNot(prim.Comparison(value, worse, acc)),
+                                    prim.Comparison(acc, "==", acc)))
+            index_upd = [(aux, prim.If(take, index, aux))] if k in INDEX_REDUCTIONS else []
+            return [*index_upd, (acc, prim.If(take, value, acc))]
         if k in ("min", "max"):
             return [(acc, select_better(value, acc, "<" if k == "min" else ">"))]
         if k in INDEX_REDUCTIONS:
@@ -264,6 +275,18 @@ class Updater:
             pos = prim.Comparison(d, ">", 0)
             nonpos = prim.Comparison(d, "<=", 0)
             one = self.dtype.type(1)
+            if self.scalar:
+                # s = (d > 0 ? s : 1) * t' + (d > 0 ? 1 : s), t' = exp(-inf) = 0 where d is
+                # NaN (the select on the argument: the exp is not skipped by a branch)
+                tt = prim.Call(t.function, (prim.If(
+                    prim.Comparison(d, "!=", d), self.dtype.type(-np.inf),
+                    prim.Product((-1, prim.Call(prim.Variable("fabs"), (d,))))),))
+                return [
+                    (aux, prim.Sum((prim.Product((prim.If(pos, aux, one), tt)),
+                                    prim.If(pos, one, aux)))),
+                    (acc, prim.If(prim.LogicalOr((pos, prim.Comparison(value, "!=", value))),
+                                  value, acc)),
+                ]
             return [
                 (aux, prim.If(pos, prim.Sum((prim.Product((aux, t)), one)),
                               prim.If(nonpos, prim.Sum((aux, t)), aux))),

@@ -105,7 +105,7 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
     import loopy as lp
 
     form = kt.template_form(e)
-    upd = Updater(e.reduction, form.dtype, t.math)
+    upd = Updater(e.reduction, form.dtype, t.math, scalar=not t.classic)
     K, R = t.K, t.rows
     width = pack_width(form) if t.pack else None
     mexpr, nexpr = kt.length_expr(form.m), kt.length_expr(form.n)
@@ -228,12 +228,18 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                     insns.extend(inits)
                 vid = f"val{tag}_{k}{suffix(r)}"
                 prev = {after[r, k]} if after else set()  # the last loop's use of val
-                insns.append(lp.Assignment(val, ka.product(factors), id=vid, within_inames=hot,
-                                           predicates=preds, depends_on=deps | {
-                                               *pack_ids, *local_fac.values(), *prev}))
-                readers.append(vid)
-                upds = kt.assignments(upd.update(acc, aux, val, jrow), f"upd{tag}_{k}{suffix(r)}",
-                                      hot, after={*init_ids, *([after[r, k]] if after else [])},
+                inputs = deps | {*pack_ids, *local_fac.values(), *prev}
+                value = ka.product(factors)
+                if t.classic or e.reduction != "sum":
+                    insns.append(lp.Assignment(val, value, id=vid, within_inames=hot,
+                                               predicates=preds, depends_on=inputs))
+                    readers.append(vid)
+                    value = val
+                else:  # acc + value in one expression: one fused multiply-add
+                    vid = None
+                upds = kt.assignments(upd.update(acc, aux, value, jrow),
+                                      f"upd{tag}_{k}{suffix(r)}", hot,
+                                      after={*init_ids, *prev, *(() if vid else inputs)},
                                       chain=True, first=vid, predicates=preds)
                 insns.extend(upds)
                 readers += [a.id for a in upds if ka.depends_on(a.expression, {"jp_l"} | {
