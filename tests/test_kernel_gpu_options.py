@@ -36,3 +36,29 @@ def test_tiled_1d_option_on_h100(workload: str, variation: dict, cl_queue) -> No
     lengths = ({s: 301 for s in syms}, {s: 256 for s in syms}, {s: 1 for s in syms})
     err = check_configuration(r, e, params, lengths, cl_queue, device=model)
     assert err is None, f"{workload} {params}: {err}"
+
+
+def test_configurations_of_before_the_options_keep_their_code() -> None:
+    """The shipped records of tiled_1d and tiled_2d, measured before their GPU options
+    (``unroll`` a boolean, no ``rows``/``peel``/``pack``/``math``), are upgraded to the plain
+    kernel they ran: their code fingerprints are unchanged, so revalidation keeps them."""
+    import json
+    from pathlib import Path
+
+    from feinsum.devices.opencl import DeviceInfo
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.spec.serialize import spec_from_json
+    from feinsum.timing.fingerprint import code_fingerprint
+
+    lines = [json.loads(x) for p in sorted(Path(__file__).parents[1].glob("db/*.jsonl"))
+             for x in p.read_text().splitlines()]
+    device = DeviceInfo.from_dict(next(d["info"] for d in lines if d["type"] == "device"))
+    spec_text = {d["canonical_key"]: json.dumps(d["spec"]) for d in lines
+                 if d["type"] == "einsum"}
+    old = [d for d in lines if d["type"] == "measurement" and d["code_fingerprint"]
+           and d["recipe"] in ("tiled_1d", "tiled_2d") and "math" not in d["params"]]
+    assert {d["recipe"] for d in old} == {"tiled_1d"}, "the shipped records changed: adapt"
+    for d in old:
+        e = spec_from_json(spec_text[d["einsum"]])
+        t = recipes()[d["recipe"]].apply(generate_loopy(e), d["params"], e, device)
+        assert code_fingerprint(t, device) == d["code_fingerprint"], d["params"]

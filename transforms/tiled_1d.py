@@ -99,4 +99,14 @@ def _apply(t_unit: lp.TranslationUnit, params: dict[str, Any], e: Any, device: A
         pack=params["pack"], math=params["math"]))
 
 
-RECIPE = Recipe("tiled_1d", applies=_applies, space=_space, default=_default, apply=_apply)
+def _upgrade(params: dict[str, Any]) -> dict[str, Any]:
+    """A configuration of before the GPU options (``K``, ``unroll`` a boolean,
+    ``denorms_are_zero``) as the plain kernel it generated."""
+    if "rows" in params or not isinstance(params.get("unroll"), bool):
+        return params
+    return {**params, "rows": 1, "unroll": params.get("K") if params["unroll"] else 1,
+            "peel": False, "pack": False, "math": "accurate"}
+
+
+RECIPE = Recipe("tiled_1d", applies=_applies, space=_space, default=_default, apply=_apply,
+                upgrade=_upgrade)

@@ -74,4 +74,5 @@ def _apply(t_unit: lp.TranslationUnit, params: dict[str, Any], e: Any, device: A
                          tile=params["tile"], math=params["math"])
 
 
-RECIPE = Recipe("tiled_2d", applies=_applies, space=_space, default=_default, apply=_apply)
+RECIPE = Recipe("tiled_2d", applies=_applies, space=_space, default=_default, apply=_apply,
+                upgrade=lambda p: p if "math" in p else {**p, "math": "accurate"})
