@@ -100,6 +100,21 @@ def default_math(form: ka.Form | str, device: Any) -> str:
     return "native_exp2" if single and any(v in vendor for v in NATIVE_EXP2_VENDORS) else "exp2"
 
 
+def _hoist(expr: Any, variant: set[str], names: dict[Any, str]) -> Any:
+    """*expr* with each product that reads none of *variant* replaced by a variable
+    ``cst{k}`` (*names*: product -> name, filled in)."""
+    from loopy.symbolic import IdentityMapper
+
+    class M(IdentityMapper):  # type: ignore[misc]
+        def map_product(self, p: prim.Product) -> Any:
+            if not ka.depends_on(p, variant) and any(
+                    isinstance(c, (prim.Variable, prim.Subscript)) for c in p.children):
+                return kt.var(names.setdefault(p, f"cst{len(names)}"))
+            return super().map_product(p)
+
+    return M()(expr)
+
+
 def tiled_kernel(e: Any, t: Tiling) -> Any:
     """The GpuConv1D kernel of the kernel reduction ``e`` with the options *t*."""
     import loopy as lp
@@ -167,11 +182,20 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                 ids.append(lid)
         return ids
 
-    invariant_names = {form.i, form.j, *i_names, *j_names}
+    variant = {form.i, form.j, *i_names, *j_names}
     terms = [ka.RowTerm(term.row, term.short, tuple(
-        rewrite_math(f, t.math, form.dtype,
-                     lambda x: not ka.depends_on(x, invariant_names))
+        rewrite_math(f, t.math, form.dtype, lambda x: not ka.depends_on(x, variant))
         for f in term.factors)) for term in ka.row_terms(form)]
+    if not t.classic:  # loop-invariant products (the folded exp2 constant) computed once
+        hoisted: dict[Any, str] = {}
+        terms = [ka.RowTerm(term.row, term.short, tuple(
+            _hoist(f, variant, hoisted) for f in term.factors)) for term in terms]
+        for expr, name in hoisted.items():
+            temps.append(lp.TemporaryVariable(name, form.dtype, shape=(),
+                                              address_space=priv))
+            insns.append(lp.Assignment(kt.var(name), expr, id=f"hoist_{name}",
+                                       within_inames=row_inames))
+            pack_ids.append(f"hoist_{name}")
     nt = len(terms)
     temps.append(lp.TemporaryVariable("acc", form.dtype, shape=at(R, nt), address_space=priv))
     temps.append(lp.TemporaryVariable("val", form.dtype, shape=at(R, nt), address_space=priv))
