@@ -250,17 +250,16 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                                            row_inames)
                     init_ids.extend(a.id for a in inits)
                     insns.extend(inits)
-                vid = f"val{tag}_{k}{suffix(r)}"
+                vid: str | None = None  # sums: acc + value in one expression (one FMA)
                 prev = {after[r, k]} if after else set()  # the last loop's use of val
                 inputs = deps | {*pack_ids, *local_fac.values(), *prev}
                 value = ka.product(factors)
                 if t.classic or e.reduction != "sum":
+                    vid = f"val{tag}_{k}{suffix(r)}"
                     insns.append(lp.Assignment(val, value, id=vid, within_inames=hot,
                                                predicates=preds, depends_on=inputs))
                     readers.append(vid)
                     value = val
-                else:  # acc + value in one expression: one fused multiply-add
-                    vid = None
                 upds = kt.assignments(upd.update(acc, aux, value, jrow),
                                       f"upd{tag}_{k}{suffix(r)}", hot,
                                       after={*init_ids, *prev, *(() if vid else inputs)},
