@@ -78,22 +78,13 @@ class PeerResult:
                 "how": self.how}
 
 
-def _best_time(fn: Callable[[], Any], budget: float, min_samples: int = 3,
-               min_time: float = 0.05) -> float:
-    """The fastest of at least two calls after a warm-up, within *budget* seconds."""
-    t_end = time.perf_counter() + budget
+def _best_time(fn: Callable[[], Any], budget: float) -> float:
+    """The fastest of at least two calls after a warm-up (feinsum's peer protocol), the
+    sampling stopped at half of *budget* and the whole interrupted at *budget*."""
+    from feinsum.tuning.peers import _time
+
     with time_bound(budget):
-        fn()
-        samples: list[float] = []
-        while True:
-            t0 = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - t0)
-            if len(samples) >= min_samples and sum(samples) >= min_time:
-                break
-            if len(samples) >= 2 and time.perf_counter() + samples[-1] > t_end:
-                break
-    return min(samples)
+        return _time(fn, 3, 0.05, budget / 2)
 
 
 def measure_peer(name: str, make: Factory, spec: Any, lengths: dict[str, int],
@@ -119,11 +110,11 @@ def measure_peer(name: str, make: Factory, spec: Any, lengths: dict[str, int],
             t0 = time.perf_counter()
             fn()
             t0 = time.perf_counter() - t0
-        estimate = t0 * full / n0
-        if 4 * estimate <= left():
+        estimate = t0 * full / n0  # the warm-up and 3 samples must fit, with a margin
+        if 6 * estimate <= left():
             return PeerResult(name, _best_time(make(random_inputs(spec, lengths, 0)), left()),
                               "measured")
-        n1 = int(min(full, max(n0, full * left() / (4 * estimate))))
+        n1 = int(min(full, max(n0, full * left() / (6 * estimate))))
         fn = make(random_inputs(spec, {**lengths, axis: n1}, 0))
         return PeerResult(name, _best_time(fn, left()) * full / n1, f"scaled from {axis}={n1}")
     except PeerTimeout:

@@ -225,10 +225,12 @@ class Updater:
         return out
 
     def update(self, acc: Any, aux: Any, value: Any, index: Any = None,
-               *, ordered: bool = True) -> list[tuple[Any, Any]]:
+               *, ordered: bool = True, scratch: Any = None) -> list[tuple[Any, Any]]:
         """(assignee, expression) pairs folding ``value`` into the accumulator, in order
         (each reads the accumulators as left by the previous one). ``ordered``: terms
-        arrive in increasing index order (else argmin/argmax compare indices on ties)."""
+        arrive in increasing index order (else argmin/argmax compare indices on ties).
+        ``scratch``: a temporary of the value dtype where the scalar log-sum-exp update
+        keeps the difference to the running maximum (computed once, read four times)."""
         k = self.kind
         if k == "sum":
             return [(acc, prim.Sum((acc, value)))]
@@ -267,6 +269,7 @@ class Updater:
             # acc = running max m, aux = sum of exp(v - m); one exp per term:
             # d = v - m; t = exp(-|d|); d > 0: s = s*t + 1, m = v; d <= 0: s += t;
             # d NaN (v NaN, or both infinite of one sign): s unchanged, m = NaN if v is.
+            raw = value
             if is_base2(self.math):
                 value = prim.Product((self.dtype.type(LOG2E), value))
             d = prim.Sum((value, prim.Product((-1, acc))))
@@ -278,13 +281,17 @@ class Updater:
             if self.scalar:
                 # s = (d > 0 ? s : 1) * t' + (d > 0 ? 1 : s), t' = exp(-inf) = 0 where d is
                 # NaN (the select on the argument: the exp is not skipped by a branch)
+                first = [] if scratch is None else [(scratch, d)]
+                if scratch is not None:
+                    d, pos = scratch, prim.Comparison(scratch, ">", 0)
                 tt = prim.Call(t.function, (prim.If(
                     prim.Comparison(d, "!=", d), self.dtype.type(-np.inf),
                     prim.Product((-1, prim.Call(prim.Variable("fabs"), (d,))))),))
                 return [
+                    *first,
                     (aux, prim.Sum((prim.Product((prim.If(pos, aux, one), tt)),
                                     prim.If(pos, one, aux)))),
-                    (acc, prim.If(prim.LogicalOr((pos, prim.Comparison(value, "!=", value))),
+                    (acc, prim.If(prim.LogicalOr((pos, prim.Comparison(raw, "!=", raw))),
                                   value, acc)),
                 ]
             return [

@@ -202,6 +202,10 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
     if upd.needs_aux:
         temps.append(lp.TemporaryVariable("aux", upd.aux_dtype, shape=at(R, nt),
                                           address_space=priv))
+    scratch = upd.scalar and e.reduction == "logsumexp"
+    if scratch:
+        temps.append(lp.TemporaryVariable("dif", form.dtype, shape=at(R, nt),
+                                          address_space=priv))
     init_ids: list[str] = []
     shared: dict[Any, str] = {}  # factors computed once per pair and row (not classic)
 
@@ -260,7 +264,8 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                                                predicates=preds, depends_on=inputs))
                     readers.append(vid)
                     value = val
-                upds = kt.assignments(upd.update(acc, aux, value, jrow),
+                dif = kt.sub("dif", *at(r, k)) if scratch else None
+                upds = kt.assignments(upd.update(acc, aux, value, jrow, scratch=dif),
                                       f"upd{tag}_{k}{suffix(r)}", hot,
                                       after={*init_ids, *prev, *(() if vid else inputs)},
                                       chain=True, first=vid, predicates=preds)
