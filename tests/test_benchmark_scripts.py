@@ -110,15 +110,15 @@ def test_peer_bounds() -> None:
     gp = _gpu_peers()
     spec = workloads()["gaussian"].spec
 
-    def linear(a):  # type: ignore[no-untyped-def]  # 0.2 s per 1e6 rows
-        return lambda: time.sleep(a["x"].shape[0] * 2e-7)
+    def linear(a):  # type: ignore[no-untyped-def]  # 2 s per 1e6 rows
+        return lambda: time.sleep(a["x"].shape[0] * 2e-6)
 
-    r = gp.measure_peer("linear", linear, spec, {"M": 100_000, "N": 64}, 2.0)
+    r = gp.measure_peer("linear", linear, spec, {"M": 10_000, "N": 64}, 2.0)
     assert r.how == "measured" and 0.015 < r.seconds < 0.1, r
     t0 = time.monotonic()
-    r = gp.measure_peer("linear", linear, spec, {"M": 1_000_000, "N": 64}, 0.4)
-    assert r.scaled and r.how.startswith("scaled from M=") and 0.1 < r.seconds < 0.5, r
-    assert time.monotonic() - t0 < 1.5
+    r = gp.measure_peer("linear", linear, spec, {"M": 1_000_000, "N": 64}, 2.0)
+    assert r.scaled and r.how.startswith("scaled from M=") and 1.5 < r.seconds < 3, r
+    assert time.monotonic() - t0 < 3
     t0 = time.monotonic()
     r = gp.measure_peer("hangs", lambda a: (lambda: time.sleep(60)), spec,
                         {"M": 1_000_000, "N": 64}, 0.3)
