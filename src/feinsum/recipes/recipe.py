@@ -137,6 +137,11 @@ class Recipe:
         computed on the host (launch tables of block-sparse recipes); *arrays* maps the
         spec's array names to the user's arrays.
     :arg description: one paragraph for ``feinsum recipes``.
+    :arg upgrade: optional ``upgrade(params) -> dict``: a configuration of an earlier
+        version of the recipe (recorded before a parameter was added) in today's
+        parameters, applied before every check; written so that the upgraded
+        configuration generates the code the old one did, which keeps the records of
+        older versions through revalidation.
     """
 
     def __init__(
@@ -152,6 +157,7 @@ class Recipe:
         prepare: Callable[[BatchedEinsum, Mapping[str, Any], Config], dict[str, Any]]
         | None = None,
         description: str = "",
+        upgrade: Callable[[Config], Config] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.isidentifier():
             raise RecipeError(f"a recipe name must be an identifier, got {name!r}")
@@ -167,6 +173,7 @@ class Recipe:
         self._apply = apply
         self._build_options = build_options or standard_build_options
         self._prepare = prepare
+        self._upgrade = upgrade
         #: the file the recipe was loaded from (set by the loader)
         self.path: Path | None = None
         self._version: str | None = None
@@ -257,7 +264,13 @@ class Recipe:
 
     def check(self, params: Mapping[str, Any], e: BatchedEinsum, device: Any = None) -> Config:
         """The validated configuration, or :class:`InvalidConfigurationError` naming the
-        violated constraint / unknown, missing or out-of-range parameter."""
+        violated constraint / unknown, missing or out-of-range parameter. A configuration
+        of an earlier version is upgraded first (the recipe's ``upgrade``)."""
+        if self._upgrade is not None:
+            try:
+                params = self._upgrade(dict(params))
+            except Exception as exc:
+                raise self._fail("upgrade()", exc, params) from exc
         return self.space(e, device).validate(params, f"recipe {self.name!r}: configuration")
 
     def default(self, e: BatchedEinsum, device: Any = None) -> Config:
