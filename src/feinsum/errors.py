@@ -27,6 +27,11 @@ class FormulaError(SpecificationError):
     """A formula operand that cannot be parsed or refers to unknown names."""
 
 
+class ArgumentError(FeinsumError, ValueError):
+    """A count, size or time argument out of its range (workers, jobs, a budget, a time
+    limit, a length...): :mod:`feinsum.checks` words it the same wherever it is given."""
+
+
 class NotIsomorphicError(FeinsumError):
     """Two specifications are not equal up to renaming; the message says what differs."""
 

@@ -8,7 +8,14 @@ import argparse
 import datetime as _dt
 from typing import Any
 
-from feinsum.cli.common import add_db_argument, add_json_argument, emit_json, nothing_found
+from feinsum.cli.common import (
+    add_db_argument,
+    add_json_argument,
+    emit_json,
+    nothing_found,
+    processes_type,
+    seconds_type,
+)
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -34,7 +41,8 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     p = action("merge", "add the records of other databases (paths, URLs) or export files")
     p.add_argument("others", nargs="+")
     p = action("prune", "delete stale measurements (any of the criteria)")
-    p.add_argument("--older-than-days", type=float, default=None, metavar="DAYS")
+    p.add_argument("--older-than-days", type=seconds_type(unit="days"), default=None,
+                   metavar="DAYS", help="measured more than DAYS days ago")
     p.add_argument("--loopy-below", metavar="VERSION", help="measured with an older loopy")
     p.add_argument("--pyopencl-below", metavar="VERSION")
     p.add_argument("--feinsum-below", metavar="VERSION")
@@ -58,7 +66,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--adopt", action="store_true",
                    help="also fingerprint records measured before fingerprints at older "
                    "recipe versions, trusting that today's code is the code they timed")
-    p.add_argument("--jobs", type=int, default=None, metavar="N",
+    p.add_argument("--jobs", type=processes_type(), default=None, metavar="N",
                    help="processes generating code (default: CPU count, at most 4)")
     p.add_argument("--recipe-path", action="append", default=None, metavar="DIR",
                    help="also load recipes from this directory or file (repeatable)")

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 # subcommand -> (the module defining its configure() and run(): under feinsum.cli, or a
 # full module name for `campaign`, which lives in the package it drives; one-line help)
@@ -35,8 +36,16 @@ def _module_name(module: str) -> str:
     return module if "." in module else f"feinsum.cli.{module}"
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (the problem and where the options are listed), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the "
+                  "options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="feinsum",
         description="A database of code transformations for batched einsums and kernel "
         "reductions on OpenCL devices.",

@@ -301,6 +301,9 @@ class Database:
         then insertion order, the user's records before shipped ones). See :func:`query`;
         *recipe_versions* may be :func:`feinsum.current_recipes` (records of other versions
         are revalidated first); *include_retired*: also the records revalidation retired."""
+        from feinsum import checks
+
+        limit = checks.optional_count("limit", limit)
         key: str | None
         if einsum is None:
             key = None

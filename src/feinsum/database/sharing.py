@@ -571,6 +571,10 @@ def prune_conditions(
     time, with a library older than a version, with a recipe version other than the
     current one, retired), restricted to *status* if given."""
     stale: list[sa.ColumnElement[bool]] = []
+    if isinstance(older_than, _dt.timedelta):
+        from feinsum import checks
+
+        checks.seconds("older_than", older_than.total_seconds())
     if older_than is not None:
         cutoff = (
             _dt.datetime.now(_dt.UTC) - older_than

@@ -104,7 +104,9 @@ class CurrentRecipes(Mapping[str, str]):
         self._versions = {name: r.version for name, r in self._recipes.items()}
         self._versions[UNTRANSFORMED] = untransformed_version()
         self._loopy = loopy_version()
-        self.jobs = max(1, int(jobs))
+        from feinsum.checks import processes
+
+        self.jobs = processes("jobs", jobs) or 1
 
     # {{{ the mapping and the checker's properties
 
