@@ -155,10 +155,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _revalidate(args: argparse.Namespace, url: str | None) -> tuple[dict[str, Any], str]:
     import sys
-    from pathlib import Path
 
-    from feinsum.errors import DatabaseError
-    from feinsum.tuning.codecheck import revalidate, revalidate_file
+    from feinsum.database.engine import resolve_url, sqlite_path
+    from feinsum.database.files import revalidation_target
+    from feinsum.tuning.codecheck import revalidate
 
     def progress(done: int, total: int) -> None:
         if not args.json:
@@ -167,31 +167,15 @@ def _revalidate(args: argparse.Namespace, url: str | None) -> tuple[dict[str, An
     kw = {"recipe_path": args.recipe_path, "dry_run": args.dry_run,
           "adopt": args.adopt, "everything": args.everything, "jobs": args.jobs,
           "progress": progress}
-    reports = []
-    for target in [*([url] if url else []), *args.targets] or [None]:
-        p = None if target is None or "://" in target or target == ":memory:" else Path(target)
-        if p is not None and not p.exists():
-            raise DatabaseError(f"no database or export at {target!r}")
-        if p is not None and p.is_file() and _is_export(p):
-            reports.append(revalidate_file(p, **kw))
-        else:
-            reports.append(revalidate(target, **kw))
+    targets = [*([url] if url else []), *args.targets] or [None]
+    for target in targets:  # every one checked before any is revalidated
+        path = None if target is None else sqlite_path(resolve_url(target))
+        if path is not None:
+            revalidation_target(path)
+    reports = [revalidate(target, **kw) for target in targets]
     out = {"dry_run": args.dry_run, "targets": [
-        {"target": r.where, "counts": r.counts,
+        {"target": r.where, "counts": r.counts, "note": r.note,
          "reasons": [{"action": a, "why": w, "recipe": n, "records": k}
                      for (a, w, n), k in sorted(r.reasons.items())]}
         for r in reports]}
     return out, "\n".join(r.summary() for r in reports)
-
-
-def _is_export(path: Any) -> bool:
-    """Whether *path* is a JSON-lines export (by its first line), not a database."""
-    from feinsum.database.sharing import read_file_lines
-    from feinsum.errors import DatabaseError
-
-    try:
-        for _, obj in read_file_lines(path):
-            return obj.get("type") == "header"  # type: ignore[no-any-return]
-    except DatabaseError:
-        return False
-    return False

@@ -81,11 +81,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     module, _ = _COMMANDS[args.command]
+    label = " ".join(filter(None, (args.command, getattr(args, "db_command", None))))
     run: Callable[[argparse.Namespace], int] = importlib.import_module(_module_name(module)).run
     try:
         return run(args) or 0
     except KeyboardInterrupt:
-        print("feinsum: interrupted", file=sys.stderr)
+        print(f"feinsum {label}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
         from feinsum.errors import FeinsumError
@@ -93,13 +94,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "debug", False):
             raise
         if isinstance(exc, FeinsumError):
-            print(f"feinsum {args.command}: error: {exc}", file=sys.stderr)
+            print(f"feinsum {label}: error: {exc}", file=sys.stderr)
             return 1
         if isinstance(exc, (OSError, ValueError)):
-            print(f"feinsum {args.command}: error: {exc}", file=sys.stderr)
+            print(f"feinsum {label}: error: {exc}", file=sys.stderr)
             return 1
         print(
-            f"feinsum {args.command}: internal error: {type(exc).__name__}: {exc} "
+            f"feinsum {label}: internal error: {type(exc).__name__}: {exc} "
             "(rerun with --debug for the traceback)",
             file=sys.stderr,
         )

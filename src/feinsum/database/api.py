@@ -115,6 +115,11 @@ class Database:
         self.url: URL = resolve_url(url)
         self.where = display_url(self.url)
         self.readonly = readonly
+        path = sqlite_path(self.url)
+        if path is not None:
+            from .files import check_database_path
+
+            check_database_path(path)
         engine = make_engine(self.url, readonly=readonly)
         try:
             from .store import translate_errors
@@ -462,10 +467,14 @@ class Database:
         device: DeviceLike | str | None = None,
         status: str | Sequence[str] | None = None,
         recipe: str | tuple[str, str] | None = None,
+        compress: bool | None = None,
+        only_if_changed: bool = False,
     ) -> int:
         """Write the user's records (optionally only those on *device*, with *status*, of
-        *recipe*) to a JSON-lines file (gzip if it ends in ``.gz``); returns the number of
-        measurements written. See :mod:`feinsum.database.sharing` for the format."""
+        *recipe*) to a JSON-lines file (gzip if *compress*, by default if it ends in
+        ``.gz``), atomically; *only_if_changed*: leave a file that holds the same records
+        untouched. A file there that is not an export is refused. Returns the number of
+        measurements. See :mod:`feinsum.database.sharing` for the format."""
         import sqlalchemy as sa
 
         from .models import Device, Measurement
@@ -477,7 +486,8 @@ class Database:
             conds.append(
                 Measurement.device_id.in_(sa.select(Device.id).where(Device.key == dkey))
             )
-        return export_file(self._user, path, conds)
+        return export_file(self._user, path, conds, compress=compress,
+                           only_if_changed=only_if_changed)
 
     def import_file(self, path: str | os.PathLike[str]) -> ImportReport:
         """Import a JSON-lines export (checked completely first; one transaction; records

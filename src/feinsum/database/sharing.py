@@ -31,7 +31,6 @@ merging twice adds nothing (an import never changes a record already present).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import gzip
 import io
@@ -188,31 +187,37 @@ def export_lines(store: Store, conds: Sequence[sa.ColumnElement[bool]] = ()) -> 
 
 
 def export_file(store: Store, path: str | os.PathLike[str],
-                conds: Sequence[sa.ColumnElement[bool]] = ()) -> int:
-    """Write an export of *store* to *path* (gzip-compressed when it ends in ``.gz``),
-    atomically: the file appears complete or not at all. Returns the measurement count."""
+                conds: Sequence[sa.ColumnElement[bool]] = (), *,
+                compress: bool | None = None, only_if_changed: bool = False) -> int:
+    """Write an export of *store* to *path* (gzip-compressed when *compress*, by default
+    when its name ends in ``.gz``), atomically: the file appears complete or not at all;
+    *only_if_changed*: not at all when it would hold what it holds. A file there that is
+    not an export (a database, anything else but an empty file) is refused, left as it
+    is. Returns the measurement count."""
+    from .files import describe, file_kind, write_beside
+
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    kind = file_kind(path)
+    if kind not in ("missing", "empty", "export"):
+        raise DatabaseError(f"{path} {describe(kind)}: an export would replace it; write "
+                            "the export to another file")
+    gz = path.name.endswith(".gz") if compress is None else compress
     n = 0
-    try:
-        with _open_write(tmp) as f:
-            for obj in export_lines(store, conds):
-                n += obj["type"] == "measurement"
-                f.write(dumps(obj))
-                f.write("\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise DatabaseError(f"cannot write {path}: {exc}") from exc
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+
+    def write(tmp: Path) -> None:
+        nonlocal n
+        with open(tmp, "wb") as raw:
+            # gzip without a name or time in its header: the same records, the same bytes
+            stream: IO[bytes] = cast(IO[bytes], gzip.GzipFile(
+                filename="", mode="wb", fileobj=raw, mtime=0)) if gz else raw
+            with io.TextIOWrapper(stream, encoding="utf-8", newline="\n") as f:
+                for obj in export_lines(store, conds):
+                    n += obj["type"] == "measurement"
+                    f.write(dumps(obj))
+                    f.write("\n")
+
+    write_beside(path, write, only_if_changed=only_if_changed)
     return n
-
-
-def _open_write(path: Path) -> IO[str]:
-    if path.name.endswith(".gz") or ".gz." in path.name:
-        return io.TextIOWrapper(gzip.open(path, "wb"), encoding="utf-8", newline="\n")
-    return open(path, "w", encoding="utf-8", newline="\n")
 
 
 # }}}
