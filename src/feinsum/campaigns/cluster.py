@@ -49,9 +49,8 @@ def local_cluster(workers_per_device: int = 1) -> Any:
     require_distributed()
     from distributed import Nanny, Scheduler, SpecCluster
 
-    from feinsum.campaigns.owner import ENV_VAR, local_devices
-
     from feinsum import checks
+    from feinsum.campaigns.owner import ENV_VAR, local_devices
 
     workers_per_device = checks.count("workers_per_device", workers_per_device,
                                       maximum=checks.MAX_PROCESSES)

@@ -276,11 +276,10 @@ def revalidate(db: DatabaseLike = None, *, recipe_path: Any = None, dry_run: boo
     checker = CurrentRecipes(recipe_path=recipe_path,
                              jobs=default_jobs() if jobs is None else jobs)
     path = sqlite_path(resolve_url(db)) if isinstance(db, (str, os.PathLike)) else None
-    if path is not None:
-        if revalidation_target(path) == "export":
-            return revalidate_file(path, recipe_path=recipe_path, dry_run=dry_run, adopt=adopt,
-                                   everything=everything, jobs=checker.jobs,
-                                   progress=progress)
+    if path is not None and revalidation_target(path) == "export":
+        return revalidate_file(path, recipe_path=recipe_path, dry_run=dry_run, adopt=adopt,
+                               everything=everything, jobs=checker.jobs,
+                               progress=progress)
     database = resolve_database(db)
     return revalidate_store(database.user_store, checker, dry_run=dry_run,
                             adopt=adopt, everything=everything, progress=progress)

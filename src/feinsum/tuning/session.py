@@ -317,13 +317,12 @@ def autotune(
     :arg options: :class:`~feinsum.timing.measurement.MeasureOptions` fields (``min_samples``,
         ``min_time``, ``build_timeout``, ``run_timeout``, ``validate_full``, ...).
     """
+    from feinsum import checks
     from feinsum.database.resolve import optional_database
     from feinsum.devices.opencl import device_info, get_device
     from feinsum.timing.roofline import measure_roofline
     from feinsum.tuning.codecheck import default_jobs
     from feinsum.tuning.peers import time_peers
-
-    from feinsum import checks
 
     if strategy != "auto" and strategy not in STRATEGIES:
         raise TuningError(f"unknown strategy {strategy!r}; one of auto, "
