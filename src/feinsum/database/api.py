@@ -43,7 +43,7 @@ from .records import (
     with_origin,
 )
 from .revalidation import CodeChecker
-from .store import Filters, Store
+from .store import Filters, Store, over_stores
 
 if TYPE_CHECKING:
     from feinsum.devices.opencl import DeviceInfo
@@ -197,7 +197,7 @@ class Database:
 
     def count(self, status: str | None = None, *, include_shipped: bool = False) -> int:
         """The number of measurements (with *status*, if given)."""
-        return sum(s.count(status) for s in self._stores(include_shipped))
+        return sum(over_stores(self._stores(include_shipped), lambda s: s.count(status)))
 
     # }}}
 
@@ -216,8 +216,7 @@ class Database:
     def get_roofline(self, info: DeviceInfo) -> dict[str, Any] | None:
         """The device's roofline data (the user's, else the shipped one), or None."""
         key = _device_info(info).key
-        for store in self._stores():
-            data = store.get_roofline(key)
+        for data in over_stores(self._stores(), lambda s: s.get_roofline(key)):
             if data is not None:
                 return json.loads(data)  # type: ignore[no-any-return]
         return None
@@ -257,8 +256,9 @@ class Database:
 
         key = (einsum if isinstance(einsum, str) or einsum is None
                else einsum_identity(einsum).canonical_key)
-        found = [p for store in self._stores() for p in read_peers(store, key,
-                                                                   _device_key(device))]
+        dkey = _device_key(device)
+        found = [p for part in over_stores(self._stores(), lambda s: read_peers(s, key, dkey))
+                 for p in part]
         return sorted(found, key=lambda p: p.seconds)
 
     def measured_params(
@@ -276,12 +276,8 @@ class Database:
         ident = einsum_identity(einsum)
         lk = lengths_key(ident.lengths if lengths is None else lengths)
         dkey = _device_info(device).key
-        out: set[str] = set()
-        for store in self._stores():
-            out |= store.measured_params(
-                ident.canonical_key, dkey, (recipe_name, recipe_version), lk
-            )
-        return out
+        return set().union(*over_stores(self._stores(), lambda s: s.measured_params(
+            ident.canonical_key, dkey, (recipe_name, recipe_version), lk)))
 
     def query(
         self,
@@ -335,12 +331,13 @@ class Database:
                include_shipped: bool) -> list[Record]:
         records: list[Record] = []
         seen: set[str] = set()
-        for store in self._stores(include_shipped):
-            for r in store.query(key, dkey, filters, limit):
+        stores = self._stores(include_shipped)
+        for part in over_stores(stores, lambda s: s.query(key, dkey, filters, limit)):
+            for r in part:
                 if r.uid not in seen:  # the user's copy of a shipped record wins
                     seen.add(r.uid)
                     records.append(r)
-        if len(self._stores(include_shipped)) > 1:
+        if len(stores) > 1:
             records.sort(key=lambda r: (r.rank_key[:4], r.source != "user", r.id))
         return records if limit is None else records[:limit]
 
@@ -381,7 +378,8 @@ class Database:
         with contextlib.ExitStack() as stack:
             conns = [stack.enter_context(st.reading("finding the best record")) for st in stores]
             # (rung, sort key, store index, (einsum id, device id, lengths key), distance)
-            cands: list[tuple[int, tuple[Any, ...], int, tuple[int, int, str], float]] = []
+            Cand = tuple[int, tuple[Any, ...], int, tuple[int, int, str], float]
+            cands: list[Cand] = []
             ems_of: list[dict[int, str] | None] = [None] * len(stores)
 
             def structure_mates(si: int) -> dict[int, str]:
@@ -392,34 +390,42 @@ class Database:
                     )
                 return found
 
-            for si, (store, conn) in enumerate(zip(stores, conns, strict=True)):
+            def near(si: int) -> list[Cand]:
+                """Rungs 0 and 1: this device."""
+                store, conn, out = stores[si], conns[si], list[Cand]()
                 did = store.lookup_id(conn, "device", info.key)
                 if did is None:
-                    continue
+                    return []
                 ems = structure_mates(si)
                 for d, e, lk, mm in store.groups(conn, list(ems), [did], filters):
                     found = json.loads(lk)
                     same = ems[e] == ident.canonical_key
                     if same and _agrees(asked, found):
-                        cands.append((0, (mm,), si, (e, d, lk), 0.0))
+                        out.append((0, (mm,), si, (e, d, lk), 0.0))
                     else:
                         dist = lengths_distance(asked, found)
-                        cands.append((1, (not same, dist, mm), si, (e, d, lk), dist))
+                        out.append((1, (not same, dist, mm), si, (e, d, lk), dist))
+                return out
+
+            def vendor(si: int) -> list[Cand]:
+                """Rung 2: the other devices of this vendor and type."""
+                store, conn, out = stores[si], conns[si], list[Cand]()
+                devices = store.vendor_devices(conn, info.vendor, info.device_type, info.key)
+                if not devices:
+                    return []
+                ems = structure_mates(si)
+                for d, e, lk, mm in store.groups(conn, list(ems), list(devices), filters):
+                    found = json.loads(lk)
+                    same = ems[e] == ident.canonical_key
+                    dist = lengths_distance(asked, found)
+                    other_name = devices[d][1] != info.name
+                    out.append((2, (not same, other_name, dist, mm), si, (e, d, lk), dist))
+                return out
+
+            indices = range(len(stores))
+            cands += [c for part in over_stores(indices, near) for c in part]
             if not cands:
-                for si, (store, conn) in enumerate(zip(stores, conns, strict=True)):
-                    devices = store.vendor_devices(conn, info.vendor, info.device_type,
-                                                   info.key)
-                    if not devices:
-                        continue
-                    ems = structure_mates(si)
-                    for d, e, lk, mm in store.groups(conn, list(ems), list(devices), filters):
-                        found = json.loads(lk)
-                        same = ems[e] == ident.canonical_key
-                        dist = lengths_distance(asked, found)
-                        other_name = devices[d][1] != info.name
-                        cands.append(
-                            (2, (not same, other_name, dist, mm), si, (e, d, lk), dist)
-                        )
+                cands += [c for part in over_stores(indices, vendor) for c in part]
             ordered = sorted(cands, key=lambda c: c[:3])
             i = 0
             while i < len(ordered):
@@ -447,11 +453,13 @@ class Database:
 
         from .models import Einsum
 
-        for store in self._stores():
+        def structure_key(store: Store) -> str | None:
             with store.reading("looking up an einsum") as conn:
-                sk = conn.execute(
+                return conn.execute(  # type: ignore[no-any-return]
                     sa.select(Einsum.structure_key).where(Einsum.canonical_key == einsum)
                 ).scalar()
+
+        for sk in over_stores(self._stores(), structure_key):
             if sk is not None:
                 return EinsumIdentity(canonical_key=einsum, structure_key=sk)
         return EinsumIdentity(canonical_key=einsum, structure_key="")
