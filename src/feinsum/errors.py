@@ -88,3 +88,9 @@ class PlanError(CampaignError):
 
 class SchedulerUnreachableError(CampaignError):
     """The dask scheduler of a campaign cannot be reached."""
+
+
+class RooflineWarning(UserWarning):
+    """A roofline measurement that fails a sanity check (the float32 peak not above the
+    float64 one where the device says it must be, a figure far below the device's previous
+    measurement): the message says which, and whether it was recorded."""

@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 # subcommand -> (the module defining its configure() and run(): under feinsum.cli, or a
 # full module name for `campaign`, which lives in the package it drives; one-line help)
@@ -83,6 +83,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     module, _ = _COMMANDS[args.command]
     label = " ".join(filter(None, (args.command, getattr(args, "db_command", None))))
     run: Callable[[argparse.Namespace], int] = importlib.import_module(_module_name(module)).run
+    import warnings
+
+    from feinsum.errors import RooflineWarning
+
+    def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
+        if issubclass(category, RooflineWarning):
+            print(f"feinsum {label}: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    show = warnings.showwarning
+    warnings.showwarning = one_line
     try:
         return run(args) or 0
     except KeyboardInterrupt:
@@ -105,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    finally:
+        warnings.showwarning = show
 
 
 if __name__ == "__main__":
