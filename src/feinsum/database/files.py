@@ -128,7 +128,7 @@ def same_content(a: Path, b: Path) -> bool:
                 return True
 
 
-def write_beside(path: str | os.PathLike[str], write: Callable[[Path], None], *,
+def write_beside(path: str | os.PathLike[str], write: Callable[[Path], object], *,
                  only_if_changed: bool = False) -> bool:
     """Write *path* through ``write(temporary path beside it)``, then rename that over
     *path* (atomic); *only_if_changed*: leave *path* untouched (bytes and time) when the

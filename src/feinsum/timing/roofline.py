@@ -223,6 +223,11 @@ def _fma_variants(info: DeviceInfo, dtype: str) -> list[tuple[int, tuple[int, ..
             for w in (native, 2 * native) if w <= 16]
 
 
+def stream_bytes(info: DeviceInfo, quick: bool = False) -> int:
+    """The bytes of each array the bandwidth microbenchmarks stream on *info* (three)."""
+    return 16 << 20 if quick else min(256 << 20, info.global_mem_size // 16)
+
+
 class _Bench:
     """The microbenchmarks of one device, built once and timed round after round."""
 
@@ -236,8 +241,7 @@ class _Bench:
         self.ctx = get_context(device)
         self.queue = cl.CommandQueue(self.ctx,
                                      properties=cl.command_queue_properties.PROFILING_ENABLE)
-        nbytes = 16 << 20 if quick else min(256 << 20, info.global_mem_size // 16)
-        self.n = nbytes // 4
+        self.n = stream_bytes(info, quick) // 4
         self.iters = 256 if quick else 1024
         self.buffers: list[cl.Buffer] = []
 
