@@ -132,7 +132,7 @@ class Database:
         self._user = Store(engine, source="user", where=self.where, readonly=readonly)
         self._shipped_spec: ShippedSpec = include_shipped
         self._shipped: Store | None = None
-        self._shipped_count = 0
+        self._shipped_count: int | None = None
         self._shipped_loaded = include_shipped is False
         self._lock = threading.Lock()
         #: verdicts of lazy revalidation not written back (see :mod:`.lazy`)
@@ -158,7 +158,6 @@ class Database:
                     from .shipped import open_shipped, shipped_files
 
                     store = open_shipped(shipped_files(self._shipped_spec))
-                    self._shipped_count = 0 if store is None else store.count()
                     self._shipped = store
                     self._shipped_loaded = True
         return self._shipped
@@ -192,7 +191,9 @@ class Database:
     def revision(self) -> int:
         """A number that changes whenever records are added (or pruned) by any process:
         cache derived answers on it."""
-        self.shipped_store  # noqa: B018 (the shipped records count from the first call on)
+        if self._shipped_count is None:  # the shipped records count from the first call on
+            shipped = self.shipped_store
+            self._shipped_count = 0 if shipped is None else shipped.count()
         return self._user.revision() + self._shipped_count
 
     def count(self, status: str | None = None, *, include_shipped: bool = False) -> int:
@@ -434,11 +435,13 @@ class Database:
                 j = i + 1
                 while j < len(ordered) and ordered[j][:2] == ordered[i][:2]:
                     j += 1
-                found = []
-                for rung, _, si, (e, d, lk), dist in ordered[i:j]:
+                def fastest(c: Cand) -> Any:
+                    rung, _, si, (e, d, lk), dist = c
                     record = stores[si].fastest(conns[si], e, d, lk, filters)
-                    if record is not None:
-                        found.append((record.rank_key[2:4], si, record.id, rung, dist, record))
+                    return None if record is None else (
+                        record.rank_key[2:4], si, record.id, rung, dist, record)
+
+                found = [f for f in over_stores(ordered[i:j], fastest) if f is not None]
                 if found:
                     *_, rung, dist, record = min(found, key=lambda f: f[:3])
                     return Answer(_RUNG_NAMES[rung], record, ident.canonical_key, asked,

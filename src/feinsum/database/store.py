@@ -147,7 +147,7 @@ def over_stores(stores: Iterable[Item], run: Callable[[Item], Out]) -> list[Out]
     if len(failed) == 1:
         raise failed[0]
     if failed:
-        raise DatabaseError("; ".join(str(e) for e in failed)) from failed[0]
+        raise DatabaseError("; ".join(dict.fromkeys(str(e) for e in failed))) from failed[0]
     return out
 
 
