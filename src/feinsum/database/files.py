@@ -19,6 +19,9 @@ from typing import IO, Any, Literal, TypeAlias
 
 from feinsum.errors import DatabaseError
 
+#: The ``format`` of an export's header line.
+EXPORT_FORMAT = "feinsum-timings"
+
 FileKind: TypeAlias = Literal["missing", "directory", "empty", "sqlite", "export", "other"]
 
 SQLITE_MAGIC = b"SQLite format 3\0"
@@ -49,8 +52,6 @@ def _first_line(path: Path, gz: bool) -> bytes:
 def file_kind(path: str | os.PathLike[str]) -> FileKind:
     """What *path* is (see the module docstring); ``"other"``: neither a SQLite database
     nor a feinsum export (a foreign or damaged file)."""
-    from .sharing import FORMAT
-
     p = Path(path)
     try:
         if not p.exists():
@@ -71,7 +72,7 @@ def file_kind(path: str | os.PathLike[str]) -> FileKind:
     except (UnicodeDecodeError, ValueError):
         return "other"
     ok = isinstance(header, dict) and header.get("type") == "header" and (
-        header.get("format") == FORMAT)
+        header.get("format") == EXPORT_FORMAT)
     return "export" if ok else "other"
 
 
@@ -110,6 +111,21 @@ def revalidation_target(path: Path) -> Literal["sqlite", "export"]:
     raise DatabaseError(
         f"{path} {describe(kind)}: there is nothing to revalidate, and the file is left as "
         "it is (`feinsum db export FILE.jsonl` writes an export)")
+
+
+def open_export(path: Path) -> IO[bytes]:
+    """*path* opened to read an export's bytes (gzip-compressed or not); a SQLite database
+    or an unreadable file is a :class:`DatabaseError`."""
+    try:
+        with open(path, "rb") as probe:
+            magic = probe.read(len(SQLITE_MAGIC))
+        if magic == SQLITE_MAGIC:
+            raise DatabaseError(
+                f"{path} is a SQLite database, not a JSON-lines export: merge it "
+                "(`Database.merge(path)`, `python -m feinsum.database merge`) instead")
+        return _reader(path)
+    except OSError as exc:
+        raise DatabaseError(f"cannot read {path}: {exc}") from exc
 
 
 def _reader(path: Path) -> IO[bytes]:

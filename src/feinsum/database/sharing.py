@@ -46,6 +46,7 @@ import sqlalchemy as sa
 
 from feinsum.errors import DatabaseError
 
+from .files import EXPORT_FORMAT
 from .models import Configuration, Device, Einsum, Measurement, Recipe, Roofline
 from .peers import PeerRow, check_peer_line, export_peer_lines, insert_peer_rows
 from .records import (
@@ -64,7 +65,7 @@ from .store import Store, device_from_dict
 if TYPE_CHECKING:
     from feinsum.devices.opencl import DeviceInfo
 
-FORMAT = "feinsum-timings"
+FORMAT = EXPORT_FORMAT
 #: The export format version this code writes (and the newest it reads).
 FORMAT_VERSION = 3
 
@@ -233,21 +234,10 @@ def _reject_constant(name: str) -> Any:
 def read_file_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for every non-blank line of an export file; a line that is
     not a JSON object, or a last line without its newline, is a :class:`DatabaseError`."""
+    from .files import open_export
+
     path = Path(path)
-    try:
-        raw: IO[bytes]
-        with open(path, "rb") as probe:
-            magic = probe.read(16)
-        if magic.startswith(b"SQLite format 3"):
-            raise DatabaseError(
-                f"{path} is a SQLite database, not a JSON-lines export: merge it "
-                "(`Database.merge(path)`, `python -m feinsum.database merge`) instead"
-            )
-        opener: Any = gzip.open if magic.startswith(b"\x1f\x8b") else open
-        raw = cast(IO[bytes], opener(path, "rb"))
-    except OSError as exc:
-        raise DatabaseError(f"cannot read {path}: {exc}") from exc
-    with raw:
+    with open_export(path) as raw:
         lineno = 0
         try:
             for line in raw:
