@@ -394,8 +394,9 @@ def test_measure_roofline_records_sound_and_flags_suspicious_measurements(
         assert db.get_roofline(device())["problems"] == list(first.problems)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        second = measure_roofline(db=path, refresh=True)  # sound: replaces the suspicious one
-    assert second.problems == ()
+        second = measure_roofline(db=path)  # the recorded one is suspicious: measured again
+        assert measure_roofline(db=path) == second  # sound: read back, not measured
+    assert second.problems == () and len(fake_microbenchmarks) == 1
     with pytest.warns(RooflineWarning, match="not recorded: the bandwidth .* is 25% of"):
         kept = measure_roofline(db=path, refresh=True)
     assert kept == second  # the recorded one stays

@@ -431,8 +431,8 @@ def measure_roofline(
     """The roofline of *device*: read from the database *db* if it holds one for this device,
     else measured by the microbenchmarks (a few seconds) and stored there. *db*: a
     :class:`~feinsum.database.Database`, a path, an SQLAlchemy URL, None (the default
-    database) or False (measure, store nothing). ``refresh`` measures again; ``quick``
-    measurements are never stored.
+    database) or False (measure, store nothing). ``refresh`` measures again, as does a
+    recorded roofline that fails a sanity check; ``quick`` measurements are never stored.
 
     A measurement that fails a sanity check (see the module docstring) comes with a
     :class:`~feinsum.errors.RooflineWarning`; one far below the recorded roofline, itself
@@ -445,7 +445,8 @@ def measure_roofline(
     info = device_info(dev)
     db = optional_database(db)
     previous = None if db is None else recorded_roofline(db, info)
-    if previous is not None and not refresh:
+    if previous is not None and not refresh and not (
+            previous.problems or roofline_problems(previous, info)):
         return previous
     roof = run_microbenchmarks(dev, quick=quick, previous=previous)
     if db is not None and not quick and not record_roofline(db, info, roof, previous):
