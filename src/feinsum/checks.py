@@ -6,14 +6,16 @@ The CLI (as argparse types: ``feinsum tune --workers -2`` is a usage error), the
 pool, :func:`feinsum.revalidate`...) call these functions, so a bad value is refused before
 anything starts, in the same words: ``workers must be a whole number from 1 to 256, got
 -2``. Each raises :class:`~feinsum.errors.ArgumentError` naming the argument as the caller
-spells it (``--workers`` on the command line, ``workers`` in Python).
+spells it (``workers`` in Python); the argparse types at the end give argparse the same
+words, which it prefixes with the option (``argument --workers: must be ...``).
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from feinsum.errors import ArgumentError
@@ -135,3 +137,44 @@ def lengths(name: str, values: Mapping[str, Any] | None) -> dict[str, int] | Non
         raise ArgumentError(f"{name} must map length symbols to lengths "
                             f"({{'E': 50000}}), got {values!r}")
     return {str(k): count(f"{name}: {k}", v, maximum=MAX_LENGTH) for k, v in values.items()}
+
+
+# {{{ argparse types: a bad value is a usage error naming the option
+
+
+def count_type(*, minimum: int = 1, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number in the range (:mod:`feinsum.checks`' wording)."""
+    def parse(text: str) -> int:
+        problem = count_problem(text, minimum=minimum, maximum=maximum)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return int(text)
+
+    parse.__name__ = "N"  # argparse names the type in some messages
+    return parse
+
+
+def seconds_type(*, zero: bool = False, unit: str = "seconds") -> Callable[[str], float]:
+    """An argparse type: a finite positive (*zero*: or zero) number of seconds (or of
+    another *unit*)."""
+    def parse(text: str) -> float:
+        problem = seconds_problem(text, zero=zero, unit=unit)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return float(text)
+
+    parse.__name__ = unit.upper()
+    return parse
+
+
+def processes_type() -> Callable[[str], int]:
+    """An argparse type: a count of worker processes (1 to ``checks.MAX_PROCESSES``)."""
+    return count_type(maximum=MAX_PROCESSES)
+
+
+def seed_type() -> Callable[[str], int]:
+    """An argparse type: a random seed (0 to ``checks.MAX_SEED``)."""
+    return count_type(minimum=0, maximum=MAX_SEED)
+
+
+# }}}

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from feinsum.checks import count_type, processes_type
 from feinsum.cli.common import (
     add_db_argument,
     add_json_argument,
-    count_type,
     emit_json,
-    processes_type,
 )
 
 

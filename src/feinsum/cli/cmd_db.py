@@ -8,13 +8,12 @@ import argparse
 import datetime as _dt
 from typing import Any
 
+from feinsum.checks import processes_type, seconds_type
 from feinsum.cli.common import (
     add_db_argument,
     add_json_argument,
     emit_json,
     nothing_found,
-    processes_type,
-    seconds_type,
 )
 
 

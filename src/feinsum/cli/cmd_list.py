@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
+from feinsum.checks import count_type
 from feinsum.cli.common import (
     add_db_argument,
     add_json_argument,
-    count_type,
     emit_json,
     fmt_rate,
     nothing_found,

@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from feinsum.checks import count_type
 from feinsum.cli.common import (
     add_db_argument,
     add_json_argument,
-    count_type,
     emit_json,
     fmt_float,
     fmt_rate,

@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from feinsum.checks import count_type, processes_type, seconds_type, seed_type
 from feinsum.cli.common import (
     add_db_argument,
     add_device_argument,
     add_json_argument,
-    count_type,
     emit_json,
-    processes_type,
-    seconds_type,
-    seed_type,
 )
 from feinsum.cli.specargs import add_spec_arguments, parse_lengths, spec_from_args
 

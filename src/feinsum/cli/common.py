@@ -5,52 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-
-def count_type(*, minimum: int = 1, maximum: int | None = None,
-               name: str = "N") -> Callable[[str], int]:
-    """An argparse type: a whole number in the range (:mod:`feinsum.checks`' wording)."""
-    from feinsum.checks import count_problem
-
-    def parse(text: str) -> int:
-        problem = count_problem(text, minimum=minimum, maximum=maximum)
-        if problem is not None:
-            raise argparse.ArgumentTypeError(problem)
-        return int(text)
-
-    parse.__name__ = name  # argparse names the type in some messages
-    return parse
-
-
-def seconds_type(*, zero: bool = False, unit: str = "seconds") -> Callable[[str], float]:
-    """An argparse type: a finite positive (*zero*: or zero) number of seconds (or of
-    another *unit*)."""
-    from feinsum.checks import seconds_problem
-
-    def parse(text: str) -> float:
-        problem = seconds_problem(text, zero=zero, unit=unit)
-        if problem is not None:
-            raise argparse.ArgumentTypeError(problem)
-        return float(text)
-
-    parse.__name__ = unit.upper()
-    return parse
-
-
-def processes_type() -> Callable[[str], int]:
-    """An argparse type: a count of worker processes (1 to ``checks.MAX_PROCESSES``)."""
-    from feinsum.checks import MAX_PROCESSES
-
-    return count_type(maximum=MAX_PROCESSES)
-
-
-def seed_type() -> Callable[[str], int]:
-    """An argparse type: a random seed (0 to ``checks.MAX_SEED``)."""
-    from feinsum.checks import MAX_SEED
-
-    return count_type(minimum=0, maximum=MAX_SEED)
 
 
 def add_db_argument(parser: argparse.ArgumentParser) -> None:

@@ -7,8 +7,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from feinsum.checks import MAX_ROWS
-from feinsum.cli.common import count_type
+from feinsum.checks import MAX_ROWS, count_type
 from feinsum.errors import FeinsumError, SpecificationError
 
 if TYPE_CHECKING:
