@@ -4,7 +4,9 @@ A case is a recipe's configuration computed for a GPU model (:mod:`feinsum.devic
 its code generated for that model, built and run on the test's CPU device (PoCL) and
 compared with :func:`feinsum.evaluate`. What cannot be run there says why, precisely:
 
-* the recipe does not apply on the model (its reason: a CPU scheme, no fp64...): skipped;
+* the recipe does not apply on the model (its reason: a CPU scheme, no fp64...): not a
+  case at all (:func:`all_cases` leaves it out; :func:`not_applicable` lists it with the
+  recipe's reason);
 * the model's limits exceed the CPU device's (work-group size, local memory): skipped,
   naming both numbers; no model exceeds PoCL's 4096 work-items and 1 MiB today;
 * PoCL's CPU device is itself wrong on the code: xfail with the reason, only for a case
@@ -50,8 +52,22 @@ class Case:
         return f"{self.recipe}-{self.workload}-{self.model}"
 
 
+def applies(case: Case) -> str | None:
+    """None if the case's recipe applies to its workload on its model, else why not."""
+    return recipes()[case.recipe].applies(specs()[case.workload], MODELS[case.model].info)
+
+
 def all_cases() -> list[Case]:
-    """Every recipe x workload x model."""
+    """Every recipe x workload x model where the recipe applies."""
+    return [c for c in _every_pair() if applies(c) is None]
+
+
+def not_applicable() -> dict[Case, str]:
+    """The recipe x workload x model pairs that are not cases, with the recipe's reason."""
+    return {c: why for c in _every_pair() if (why := applies(c)) is not None}
+
+
+def _every_pair() -> list[Case]:
     return [Case(r, w, m) for r in sorted(recipes()) for w in specs() for m in MODELS]
 
 

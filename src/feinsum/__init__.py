@@ -1,6 +1,7 @@
 """feinsum: a database of code transformations for batched einsums and kernel reductions."""
 
 from feinsum.errors import (
+    ArgumentError,
     CampaignError,
     DatabaseError,
     DeviceError,
@@ -105,6 +106,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "LONG_THRESHOLD",
+    "ArgumentError",
     "Array",
     "BatchedEinsum",
     "BlockSparse",

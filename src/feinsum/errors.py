@@ -27,6 +27,11 @@ class FormulaError(SpecificationError):
     """A formula operand that cannot be parsed or refers to unknown names."""
 
 
+class ArgumentError(FeinsumError, ValueError):
+    """A count, size or time argument out of its range (workers, jobs, a budget, a time
+    limit, a length...): :mod:`feinsum.checks` words it the same wherever it is given."""
+
+
 class NotIsomorphicError(FeinsumError):
     """Two specifications are not equal up to renaming; the message says what differs."""
 
@@ -88,3 +93,9 @@ class PlanError(CampaignError):
 
 class SchedulerUnreachableError(CampaignError):
     """The dask scheduler of a campaign cannot be reached."""
+
+
+class RooflineWarning(UserWarning):
+    """A roofline measurement that fails a sanity check (the float32 peak not above the
+    float64 one where the device says it must be, a figure far below the device's previous
+    measurement): the message says which, and whether it was recorded."""

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn, TextIO
 
 # subcommand -> (the module defining its configure() and run(): under feinsum.cli, or a
 # full module name for `campaign`, which lives in the package it drives; one-line help)
@@ -35,8 +36,16 @@ def _module_name(module: str) -> str:
     return module if "." in module else f"feinsum.cli.{module}"
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (the problem and where the options are listed), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the "
+                  "options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="feinsum",
         description="A database of code transformations for batched einsums and kernel "
         "reductions on OpenCL devices.",
@@ -72,11 +81,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     module, _ = _COMMANDS[args.command]
+    label = " ".join(filter(None, (args.command, getattr(args, "db_command", None))))
     run: Callable[[argparse.Namespace], int] = importlib.import_module(_module_name(module)).run
+    import warnings
+
+    from feinsum.errors import RooflineWarning
+
+    def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
+        if issubclass(category, RooflineWarning):
+            print(f"feinsum {label}: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    show = warnings.showwarning
+    warnings.showwarning = one_line
     try:
         return run(args) or 0
     except KeyboardInterrupt:
-        print("feinsum: interrupted", file=sys.stderr)
+        print(f"feinsum {label}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
         from feinsum.errors import FeinsumError
@@ -84,17 +107,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "debug", False):
             raise
         if isinstance(exc, FeinsumError):
-            print(f"feinsum {args.command}: error: {exc}", file=sys.stderr)
+            print(f"feinsum {label}: error: {exc}", file=sys.stderr)
             return 1
         if isinstance(exc, (OSError, ValueError)):
-            print(f"feinsum {args.command}: error: {exc}", file=sys.stderr)
+            print(f"feinsum {label}: error: {exc}", file=sys.stderr)
             return 1
         print(
-            f"feinsum {args.command}: internal error: {type(exc).__name__}: {exc} "
+            f"feinsum {label}: internal error: {type(exc).__name__}: {exc} "
             "(rerun with --debug for the traceback)",
             file=sys.stderr,
         )
         return 1
+    finally:
+        warnings.showwarning = show
 
 
 if __name__ == "__main__":

@@ -45,6 +45,14 @@ class Options:
     prefer: tuple[str, ...] | None
     wait_timeout: float | None
 
+    def __post_init__(self) -> None:
+        from feinsum import checks
+
+        checks.optional_count("budget", self.budget)
+        checks.optional_seconds("time_limit", self.time_limit)
+        checks.optional_seconds("wait_timeout", self.wait_timeout, zero=True)
+        checks.lengths("lengths", dict(self.lengths))
+
 
 @dataclass(frozen=True)
 class Plan:

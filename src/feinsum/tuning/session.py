@@ -320,6 +320,7 @@ def autotune(
     :arg options: :class:`~feinsum.timing.measurement.MeasureOptions` fields (``min_samples``,
         ``min_time``, ``build_timeout``, ``run_timeout``, ``validate_full``, ...).
     """
+    from feinsum import checks
     from feinsum.database.resolve import optional_database
     from feinsum.devices.opencl import device_info, get_device
     from feinsum.timing.roofline import measure_roofline
@@ -329,14 +330,22 @@ def autotune(
     if strategy not in ("auto", "predicted") and strategy not in STRATEGIES:
         raise TuningError(f"unknown strategy {strategy!r}; one of auto, predicted, "
                           f"{', '.join(STRATEGIES)}")
-    if budget is not None and budget < 1:
-        raise TuningError(f"budget must be at least 1, got {budget}")
+    budget = checks.optional_count("budget", budget)
+    time_limit = checks.optional_seconds("time_limit", time_limit)
+    workers = checks.processes("workers", workers)
+    seed = checks.seed("seed", seed)
+    lengths = checks.lengths("lengths", lengths)
     t_start = time.monotonic()
     dev = get_device(device)
     info = device_info(dev)
     store = optional_database(db)
     opts = MeasureOptions().with_overrides(**options)
     target = Target.make(einsum, lengths)
+    if target.nbytes > info.global_mem_size > 0:
+        raise TuningError(
+            f"the arrays of {einsum.subscripts} at these lengths take "
+            f"{target.nbytes / 2**30:.3g} GiB, more than the {info.global_mem_size / 2**30:.3g}"
+            f" GiB of global memory of {info.name}: tune at smaller lengths")
     if store is not None and origin is None:
         from feinsum.database import einsum_origin
 
