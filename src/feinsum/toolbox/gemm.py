@@ -200,10 +200,67 @@ def transposes(e: BatchedEinsum, r: Roles, column: int) -> bool:
     return bool(orders) and orders[0][-1] in r.k
 
 
-def _local_offset(block: int, lanes: int, vw: int, lid: Any, p: Any) -> Any:
-    """Row offset of entry *p* of work-item *lid*'s register tile in a local tile row."""
-    del block
+def _offset(lanes: int, vw: int, lid: Any, p: Any) -> Any:
+    """Where entry *p* of work-item *lid*'s register tile sits in a block of the tile:
+    runs of *vw* adjacent entries, one run per work-item, ``lanes * vw`` apart."""
     return (p // vw) * (lanes * vw) + lid * vw + p % vw
+
+
+_V = prim.Variable
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One operand's tile: operand column, the fused index group it tiles besides ``K``,
+    that group's block (``BM`` or ``BN``), work-group index, local tile name, its rows'
+    padding, whether the copy transposes, the prefix of its inames and statements."""
+
+    col: int
+    group: tuple[str, ...]
+    length: Any
+    block: int
+    g: Any
+    tile: str
+    transposed: bool
+    tag: str
+
+
+def _copy(e: BatchedEinsum, r: Roles, t: Tiling, sd: _Side, lens: dict[str, Any],
+          ktile: Any, buf: Any, within: frozenset[str], name: str, deps: frozenset[str],
+          suffix: str = "") -> list[Any]:
+    """Copy *sd*'s tile of K tile *ktile* to buffer *buf* of its local tile: every
+    work-item loads its entries (clamped into the operand, so unconditionally) into
+    registers ``r{tag}`` (statement ``{name}_ld``), then stores them, zero outside the
+    operand, to local memory (``{name}``); inames ``i{tag}{suffix}``, ``s{tag}{suffix}``."""
+    tid = _V("ly") * t.lx + _V("lx")
+    total = t.kt * sd.block
+    dt = e.value_dtype(0)
+
+    def entry(f: Any) -> tuple[Any, Any, Any, frozenset[Any]]:
+        flat = f * t.threads + tid
+        kk, mm = (flat % t.kt, flat // t.kt) if sd.transposed else (
+            flat // sd.block, flat % sd.block)
+        gm, gk = sd.g * sd.block + mm, ktile * t.kt + kk
+        preds = frozenset() if total % t.threads == 0 else frozenset(
+            {prim.Comparison(flat, "<", total)})
+        return gm, gk, subscript(sd.tile, buf, kk, mm), preds
+
+    ld, st = _V(f"i{sd.tag}{suffix}"), _V(f"s{sd.tag}{suffix}")
+    gm, gk, _, preds = entry(ld)
+    idx = {**components(e, sd.group, prim.Min((gm, sd.length - 1))),
+           **components(e, r.k, prim.Min((gk, lens["K"] - 1))),
+           **{i: _V(i) for i in (*r.rest, *r.red)}}
+    load = lp.Assignment(subscript(f"r{sd.tag}", ld),
+                         _V(f"op{sd.col}_r0")(*(idx[i] for i in e.in_indices[sd.col])),
+                         id=f"{name}_ld", within_inames=within | {ld.name}, predicates=preds,
+                         depends_on=deps)
+    gm, gk, dest, preds = entry(st)
+    inside = prim.LogicalAnd((prim.Comparison(gm, "<", sd.length),
+                              prim.Comparison(gk, "<", lens["K"])))
+    store = lp.Assignment(dest, prim.If(inside, subscript(f"r{sd.tag}", st), dt.type(0)),
+                          id=name, within_inames=within | {st.name}, predicates=preds,
+                          depends_on=frozenset({f"{name}_ld"}))
+    return [load, store]
 
 
 def gemm_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, r: Roles, t: Tiling
@@ -211,236 +268,160 @@ def gemm_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, r: Roles, t: Tilin
     """The GEMM kernel of *e* (roles *r*, tiling *t*); see the module docstring."""
     knl = kernel_of(t_unit)
     dt = e.value_dtype(0)
-    V = prim.Variable
-    gx, gy, lx, ly, q, ku = (V(n) for n in ("gx", "gy", "lx", "ly", "q", "ku"))
-    px, py = V("px"), V("py")
-    nbuf = 2 if t.double_buffer else 1
-    ta, tb_ = transposes(e, r, r.a), transposes(e, r, r.b)
-    rowa, rowb = t.bm + t.pad(ta), t.bn + t.pad(tb_)
     lens = {g: group_length(e, grp) for g, grp in (("X", r.x), ("Y", r.y), ("K", r.k))}
-    split = t.split
-    s = V("gs") if split > 1 else 0
-    ktile = q * split + s  # the K tile this iteration works on
-    tid = ly * t.lx + lx
-
-    def length(i: str) -> Any:
-        n = e.lengths[i]
-        return V(n) if isinstance(n, str) else n
-
-    g_inames = {"gx", "gy", "lx", "ly", *r.rest, *(["gs"] if split > 1 else [])}
-    red_inames = set(r.red)
-    temps: list[Any] = []
-    insns: list[Any] = []
-
-    def copy(col: int, name: str, rows: int, block: int, transposed: bool, g: Any,
-             group: tuple[str, ...], fetch: str, tile: Any, buf: Any, reg: str | None,
-             within: set[str], insn_id: str, deps: frozenset[str]) -> list[Any]:
-        """The copy of operand *col*'s tile (``kt x block``, K tile *tile*) into local
-        tile *name* (buffer *buf*), through registers *reg* when double buffering."""
-        def entry(f: Any) -> tuple[Any, Any, frozenset[Any]]:
-            """Where the copy's iteration *f* reads (the guarded value) and writes."""
-            flat = f * t.threads + tid
-            kk, mm = ((flat % t.kt, flat // t.kt) if transposed
-                      else (flat // block, flat % block))
-            gm, gk = g * block + mm, tile * t.kt + kk
-            idx = {**components(e, group, gm), **components(e, r.k, gk),
-                   **{i: V(i) for i in (*r.rest, *r.red)}}
-            op = V(f"op{col}_r0")(*(idx[i] for i in e.in_indices[col]))
-            inside = prim.LogicalAnd((
-                prim.Comparison(gm, "<", lens["Y" if col == r.a else "X"]),
-                prim.Comparison(gk, "<", lens["K"])))
-            preds = frozenset() if (t.kt * block) % t.threads == 0 else frozenset(
-                {prim.Comparison(flat, "<", t.kt * block)})
-            return prim.If(inside, op, dt.type(0)), subscript(name, buf, kk, mm), preds
-
-        value, dest, preds = entry(V(fetch))
-        if reg is None:
-            return [lp.Assignment(dest, value, id=insn_id, within_inames=frozenset(
-                {*within, fetch}), predicates=preds, depends_on=deps)]
-        _, dest, preds2 = entry(V(f"{fetch}s"))
-        return [lp.Assignment(subscript(reg, V(fetch)), value, id=f"{insn_id}_ld",
-                              within_inames=frozenset({*within, fetch}), predicates=preds,
-                              depends_on=deps),
-                lp.Assignment(dest, subscript(reg, V(f"{fetch}s")), id=insn_id,
-                              predicates=preds2,
-                              within_inames=frozenset({*within, f"{fetch}s"}),
-                              depends_on=frozenset({f"{insn_id}_ld"}))]
-
-    # accumulators, register fragments, local tiles
-    temps += [lp.TemporaryVariable("acc", dt, shape=(t.py, t.px),
-                                   address_space=lp.AddressSpace.PRIVATE),
-              lp.TemporaryVariable("fa", dt, shape=(t.py,),
-                                   address_space=lp.AddressSpace.PRIVATE),
-              lp.TemporaryVariable("fb", dt, shape=(t.px,),
-                                   address_space=lp.AddressSpace.PRIVATE),
-              lp.TemporaryVariable("tile_a", dt, shape=(nbuf, t.kt, rowa),
-                                   address_space=lp.AddressSpace.LOCAL),
-              lp.TemporaryVariable("tile_b", dt, shape=(nbuf, t.kt, rowb),
-                                   address_space=lp.AddressSpace.LOCAL)]
-    na, nb = -(-t.kt * t.bm // t.threads), -(-t.kt * t.bn // t.threads)
-    loops = g_inames | red_inames
-    insns.append(lp.Assignment(subscript("acc", V("ipy"), V("ipx")), dt.type(0), id="init",
-                               within_inames=frozenset({*g_inames, "ipx", "ipy"})))
-    if t.double_buffer:
-        temps += [lp.TemporaryVariable("ra", dt, shape=(na,),
-                                       address_space=lp.AddressSpace.PRIVATE),
-                  lp.TemporaryVariable("rb", dt, shape=(nb,),
-                                       address_space=lp.AddressSpace.PRIVATE)]
-        first = frozenset()
-        insns += copy(r.a, "tile_a", t.kt, t.bm, ta, gy, r.y, "ia0", s, 0, None,
-                      loops, "pro_a", first)
-        insns += copy(r.b, "tile_b", t.kt, t.bn, tb_, gx, r.x, "ib0", s, 0, None,
-                      loops, "pro_b", first)
-        cur, nxt = q % 2, (q + 1) % 2
-        body = loops | {"q"}
-        insns += copy(r.a, "tile_a", t.kt, t.bm, ta, gy, r.y, "ia", ktile + split, nxt, "ra",
-                      body, "cp_a", frozenset({"pro_a", "pro_b"}))
-        insns += copy(r.b, "tile_b", t.kt, t.bn, tb_, gx, r.x, "ib", ktile + split, nxt, "rb",
-                      body, "cp_b", frozenset({"pro_a", "pro_b"}))
-        fetched = frozenset({"pro_a", "pro_b"})
+    sides = (_Side(r.a, r.y, lens["Y"], t.bm, _V("gy"), "tile_a", transposes(e, r, r.a), "a"),
+             _Side(r.b, r.x, lens["X"], t.bn, _V("gx"), "tile_b", transposes(e, r, r.b), "b"))
+    nbuf = 2 if t.double_buffer else 1
+    s = _V("gs") if t.split > 1 else 0
+    ktile = _V("q") * t.split + s  # the K tile of this round (slice s: s, s + split...)
+    groups = frozenset({"gx", "gy", "lx", "ly", *r.rest, *(["gs"] if t.split > 1 else [])})
+    outside = groups | set(r.red)  # the loops every copy sits in
+    body = outside | {"q"}
+    private, local = lp.AddressSpace.PRIVATE, lp.AddressSpace.LOCAL
+    temps: list[Any] = [lp.TemporaryVariable("acc", dt, shape=(t.py, t.px),
+                                             address_space=private)]
+    for sd, n in zip(sides, (t.py, t.px), strict=True):
+        row = sd.block + t.pad(sd.transposed)
+        temps += [lp.TemporaryVariable(f"f{sd.tag}", dt, shape=(n,), address_space=private),
+                  lp.TemporaryVariable(sd.tile, dt, shape=(nbuf, t.kt, row),
+                                       address_space=local),
+                  lp.TemporaryVariable(f"r{sd.tag}", dt, shape=(copies(t, sd.block),),
+                                       address_space=private)]
+    insns: list[Any] = [lp.Assignment(subscript("acc", _V("ipy"), _V("ipx")), dt.type(0),
+                                      id="init", within_inames=groups | {"ipx", "ipy"})]
+    if t.double_buffer:  # tile 0 before the rounds, round q copies tile q + 1
+        for sd in sides:
+            insns += _copy(e, r, t, sd, lens, s, 0, outside, f"pro_{sd.tag}", frozenset(),
+                           suffix="0")
+        prologue = frozenset({"pro_a_ld", "pro_b_ld", "pro_a", "pro_b"})
+        cur = _V("q") % 2
+        for sd in sides:
+            insns += _copy(e, r, t, sd, lens, ktile + t.split, (_V("q") + 1) % 2, body,
+                           f"cp_{sd.tag}", prologue)
+        fetched = prologue | {"cp_a_ld", "cp_b_ld"}
     else:
         cur = 0
-        body = loops | {"q"}
-        insns += copy(r.a, "tile_a", t.kt, t.bm, ta, gy, r.y, "ia", ktile, 0, None, body,
-                      "cp_a", frozenset())
-        insns += copy(r.b, "tile_b", t.kt, t.bn, tb_, gx, r.x, "ib", ktile, 0, None, body,
-                      "cp_b", frozenset())
+        for sd in sides:
+            insns += _copy(e, r, t, sd, lens, ktile, 0, body, f"cp_{sd.tag}", frozenset())
         fetched = frozenset({"cp_a", "cp_b"})
-    apy, bpx = V("apy"), V("bpx")
-    oa = _local_offset(t.bm, t.ly, t.vw, ly, apy)
-    ob = _local_offset(t.bn, t.lx, t.vw, lx, bpx)
-    insns += [
-        lp.Assignment(subscript("fa", apy), subscript("tile_a", cur, ku, oa), id="frag_a",
-                      within_inames=frozenset({*body, "ku", "apy"}), depends_on=fetched),
-        lp.Assignment(subscript("fb", bpx), subscript("tile_b", cur, ku, ob), id="frag_b",
-                      within_inames=frozenset({*body, "ku", "bpx"}), depends_on=fetched),
-    ]
-    pair = (subscript("fa", py), subscript("fb", px))
-    if r.a == 1:
-        pair = pair[::-1]  # the reference kernel's order: operand 0 times operand 1
-    cell = subscript("acc", py, px)
-    insns.append(lp.Assignment(cell, cell + prim.Product(pair), id="fma",
-                               within_inames=frozenset({*body, "ku", "py", "px"}),
-                               depends_on=frozenset({"init", "frag_a", "frag_b"})))
-    if t.double_buffer:
-        # the next tile's loads come first, its stores to the other buffer after this
-        # tile's reads; the barrier that ends the tile orders both for the next one
-        def ordered(i: Any) -> Any:
-            if i.id in ("cp_a", "cp_b"):
-                return i.copy(depends_on=i.depends_on | {"fma"}, no_sync_with=frozenset(
-                    {(f"frag_{i.id[-1]}", "any")}))
-            if i.id in ("frag_a", "frag_b"):
-                return i.copy(depends_on=i.depends_on | {"cp_a_ld", "cp_b_ld"},
-                              no_sync_with=frozenset({(f"cp_{i.id[-1]}", "any")}))
-            return i
-
-        insns = [ordered(i) for i in insns]
+    # the register tile's update: fragments of both tiles, then px*py unguarded FMAs
+    ku = _V("ku")
+    for sd, lanes, lid, p in ((sides[0], t.ly, "ly", "apy"), (sides[1], t.lx, "lx", "bpx")):
+        insns.append(lp.Assignment(
+            subscript(f"f{sd.tag}", _V(p)),
+            subscript(sd.tile, cur, ku, _offset(lanes, t.vw, _V(lid), _V(p))),
+            id=f"frag_{sd.tag}", within_inames=body | {"ku", p}, depends_on=fetched,
+            no_sync_with=frozenset({(f"cp_{sd.tag}", "any")} if t.double_buffer else ())))
+    pair = (subscript("fa", _V("py")), subscript("fb", _V("px")))
+    cell = subscript("acc", _V("py"), _V("px"))
+    insns.append(lp.Assignment(
+        cell, cell + prim.Product(pair if r.a == 0 else pair[::-1]), id="fma",
+        within_inames=body | {"ku", "py", "px"},
+        depends_on=frozenset({"init", "frag_a", "frag_b"})))
+    if t.double_buffer:  # the next tile's stores after this tile's reads, then one barrier
+        insns = [i.copy(depends_on=i.depends_on | {"fma"}, no_sync_with=frozenset(
+                     {(f"frag_{i.id[-1]}", "any")})) if i.id in ("cp_a", "cp_b") else i
+                 for i in insns]
         insns.append(lp.BarrierInstruction(
-            "tile_end", synchronization_kind="local", mem_kind="local",
-            within_inames=frozenset(body), depends_on=frozenset({"cp_a", "cp_b", "fma"})))
-    # the stores: the output, or the split-K slices then a second pass
-    spy, spx = V("spy"), V("spx")
-    gm = gy * t.bm + _local_offset(t.bm, t.ly, t.vw, ly, spy)
-    gn = gx * t.bn + _local_offset(t.bn, t.lx, t.vw, lx, spx)
-    cell = subscript("acc", spy, spx)
+            "tile_end", synchronization_kind="local", mem_kind="local", within_inames=body,
+            depends_on=frozenset({"cp_a", "cp_b", "fma"})))
+    insns += _stores(e, r, t, lens)
+    if t.split > 1:
+        temps.append(lp.TemporaryVariable("slices", dt, shape=(t.split, lens["Y"], lens["X"]),
+                                          address_space=lp.AddressSpace.GLOBAL))
+    return _finish(knl, e, r, t, insns, temps, lens)
+
+
+def copies(t: Tiling, block: int) -> int:
+    """Entries of a ``kt x block`` tile each work-item copies."""
+    return -(-t.kt * block // t.threads)
+
+
+def _stores(e: BatchedEinsum, r: Roles, t: Tiling, lens: dict[str, Any]) -> list[Any]:
+    """The accumulators to the output (inside it), or to the split-K slices and, after a
+    global barrier, their sums to the output."""
+    spy, spx = _V("spy"), _V("spx")
+    gm = _V("gy") * t.bm + _offset(t.ly, t.vw, _V("ly"), spy)
+    gn = _V("gx") * t.bn + _offset(t.lx, t.vw, _V("lx"), spx)
     inside = frozenset({prim.Comparison(gm, "<", lens["Y"]),
                         prim.Comparison(gn, "<", lens["X"])})
-    out_idx = {**components(e, r.y, gm), **components(e, r.x, gn),
-               **{i: V(i) for i in r.rest}}
-    if split == 1:
-        insns.append(lp.Assignment(subscript("out0", *(out_idx[i] for i in e.out_indices)),
-                                   cell, id="store", predicates=inside,
-                                   within_inames=frozenset({*g_inames, "spx", "spy"}),
-                                   depends_on=frozenset({"fma"})))
-    else:
-        temps.append(lp.TemporaryVariable("slices", dt, shape=(split, lens["Y"], lens["X"]),
-                                          address_space=lp.AddressSpace.GLOBAL))
-        insns.append(lp.Assignment(subscript("slices", s, gm, gn), cell, id="store",
-                                   predicates=inside, depends_on=frozenset({"fma"}),
-                                   within_inames=frozenset({*g_inames, "spx", "spy"})))
-        insns.append(lp.BarrierInstruction("slices_done", synchronization_kind="global",
-                                           depends_on=frozenset({"store"})))
-        sm, sn = V("sm"), V("sn")
-        idx2 = {**components(e, r.y, sm), **components(e, r.x, sn)}
-        total = lp.Reduction("sum", ("ss",), subscript("slices", V("ss"), sm, sn))
-        insns.append(lp.Assignment(subscript("out0", *(idx2[i] for i in e.out_indices)),
-                                   total, id="sum_slices",
-                                   within_inames=frozenset({"sm", "sn"}),
-                                   depends_on=frozenset({"slices_done"})))
-    return _finish(knl, e, r, t, insns, temps, lens, na, nb, split)
+    cell = subscript("acc", spy, spx)
+    within = frozenset({"gx", "gy", "lx", "ly", *r.rest, "spx", "spy"})
+    if t.split == 1:
+        idx = {**components(e, r.y, gm), **components(e, r.x, gn),
+               **{i: _V(i) for i in r.rest}}
+        return [lp.Assignment(subscript("out0", *(idx[i] for i in e.out_indices)), cell,
+                              id="store", predicates=inside, within_inames=within,
+                              depends_on=frozenset({"fma"}))]
+    sm, sn = _V("sm"), _V("sn")
+    idx = {**components(e, r.y, sm), **components(e, r.x, sn)}
+    total = lp.Reduction("sum", ("ss",), subscript("slices", _V("ss"), sm, sn))
+    return [
+        lp.Assignment(subscript("slices", _V("gs"), gm, gn), cell, id="store",
+                      predicates=inside, depends_on=frozenset({"fma"}),
+                      within_inames=within | {"gs"}),
+        lp.BarrierInstruction("slices_done", synchronization_kind="global",
+                              depends_on=frozenset({"store"})),
+        lp.Assignment(subscript("out0", *(idx[i] for i in e.out_indices)), total,
+                      id="sum_slices", within_inames=frozenset({"sm", "sn"}),
+                      depends_on=frozenset({"slices_done"}))]
 
 
 def _affine(expr: Any) -> str:
     from pymbolic.mapper.stringifier import StringifyMapper
 
-    return StringifyMapper()(expr)
+    return str(StringifyMapper()(expr))
 
 
 def _finish(knl: lp.LoopKernel, e: BatchedEinsum, r: Roles, t: Tiling, insns: list[Any],
-            temps: list[Any], lens: dict[str, Any], na: int, nb: int, split: int
-            ) -> lp.TranslationUnit:
+            temps: list[Any], lens: dict[str, Any]) -> lp.TranslationUnit:
+    """The kernel's domain, iname tags and options around *insns*."""
     X, Y, K = (_affine(lens[g]) for g in ("X", "Y", "K"))
     syms = sorted({str(n) for n in e.lengths.values() if isinstance(n, str)})
+    na, nb = copies(t, t.bm), copies(t, t.bn)
+    ranges = {"lx": t.lx, "ly": t.ly, "ku": t.kt, "ia": na, "sa": na, "ib": nb, "sb": nb,
+              **{n: t.px for n in ("px", "ipx", "spx", "bpx")},
+              **{n: t.py for n in ("py", "ipy", "spy", "apy")},
+              **{i: e.lengths[i] for i in (*r.rest, *r.red)}}
+    if t.double_buffer:
+        ranges.update({"ia0": na, "sa0": na, "ib0": nb, "sb0": nb})
+    if t.split > 1:
+        ranges["gs"] = t.split
     cons = [f"0 <= gx and {t.bn}*gx < {X}", f"0 <= gy and {t.bm}*gy < {Y}",
-            f"0 <= lx < {t.lx}", f"0 <= ly < {t.ly}", f"0 <= px < {t.px}",
-            f"0 <= py < {t.py}", f"0 <= ku < {t.kt}",
-            *(f"0 <= {n} < {t.px}" for n in ("ipx", "spx", "bpx")),
-            *(f"0 <= {n} < {t.py}" for n in ("ipy", "spy", "apy")),
             # every slice runs the same rounds (a tile past K reads zeros): a bound that
             # depended on the slice would also keep slices without tiles from storing
-            f"0 <= q and {t.kt * split}*q < {K}",
-            f"0 <= ia < {na}", f"0 <= ib < {nb}",
-            *(f"0 <= {i} < {e.lengths[i]}" for i in (*r.rest, *r.red))]
-    names = ["gx", "gy", "lx", "ly", "px", "py", "ku", "q", "ia", "ib", *r.rest, *r.red,
-             "ipx", "spx", "bpx", "ipy", "spy", "apy"]
-    if t.double_buffer:
-        cons += [f"0 <= ia0 < {na}", f"0 <= ib0 < {nb}", f"0 <= ias < {na}",
-                 f"0 <= ibs < {nb}"]
-        names += ["ia0", "ib0", "ias", "ibs"]
-    if split > 1:
-        cons.append(f"0 <= gs < {split}")
-        names.append("gs")
-    domains = [f"[{', '.join(syms)}] -> {{[{', '.join(names)}]: {' and '.join(cons)}}}"]
-    if split > 1:
+            f"0 <= q and {t.kt * t.split}*q < {K}",
+            *(f"0 <= {n} < {v}" for n, v in ranges.items())]
+    names = ", ".join(["gx", "gy", "q", *ranges])
+    domains = [f"[{', '.join(syms)}] -> {{[{names}]: {' and '.join(cons)}}}"]
+    if t.split > 1:
         domains.append(f"[{', '.join(syms)}] -> {{[sm, sn, ss]: 0 <= sm < {Y} and "
-                       f"0 <= sn < {X} and 0 <= ss < {split}}}")
-    new = _make(knl, domains, insns, temps)
-    tags = {"gx": "g.0", "gy": "g.1", "lx": "l.0", "ly": "l.1", "ku": "unr", "ia": "unr",
-            "ib": "unr", **{n: "unr" for n in ("px", "py", "ipx", "spx", "bpx", "ipy", "spy",
-                                                "apy")}}
-    if t.double_buffer:
-        tags.update({"ia0": "unr", "ib0": "unr", "ias": "unr", "ibs": "unr"})
-    if split > 1:
+                       f"0 <= sn < {X} and 0 <= ss < {t.split}}}")
+    new = lp.make_kernel(
+        domains, [*knl.substitutions.values(), *insns], [*knl.args, *temps], name=knl.name,
+        target=knl.target, lang_version=(2018, 2), seq_dependencies=False,
+        silenced_warnings=["v1_scheduler_fallback", "write_race*", "read_no_write*"])
+    tags = {"gx": "g.0", "gy": "g.1", "lx": "l.0", "ly": "l.1",
+            **{n: "unr" for n in ranges if n not in ("lx", "ly", *r.rest, *r.red, "gs")}}
+    if t.split > 1:
         tags["gs"] = "g.2"
     elif r.rest:
         tags[r.rest[0]] = "g.2"
     new = lp.tag_inames(new, tags)
-    if split > 1:
+    if t.split > 1:
         new = lp.split_iname(new, "sn", 64, outer_tag="g.0", inner_tag="l.0")
         new = lp.tag_inames(new, {"sm": "g.1", "ss": "unr"})
     order = [*r.rest[1:], *r.red, "q", "ku"]
-    new = lp.prioritize_loops(new, ",".join(order)) if len(order) > 1 else new
+    new = lp.prioritize_loops(new, ",".join(order))
     new = lp.set_options(new, enforce_variable_access_ordered="no_check",
                          enforce_array_accesses_within_bounds="no_check")
     return lp.assume(new, " and ".join(f"{s} >= 1" for s in syms)) if syms else new
 
 
-def _make(knl: lp.LoopKernel, domains: list[str], insns: Sequence[Any], temps: Sequence[Any]
-          ) -> lp.TranslationUnit:
-    return lp.make_kernel(
-        domains, [*knl.substitutions.values(), *insns], [*knl.args, *temps], name=knl.name,
-        target=knl.target, lang_version=(2018, 2), seq_dependencies=False,
-        silenced_warnings=["v1_scheduler_fallback", "write_race*", "read_no_write*"])
-
-
-# }}}
-
-
 def value_registers(e: BatchedEinsum, t: Tiling) -> int:
-    """32-bit registers a work-item's values take: accumulators, fragments and (double
-    buffering) the next tiles' entries."""
-    na, nb = -(-t.kt * t.bm // t.threads), -(-t.kt * t.bn // t.threads)
-    n = t.px * t.py + t.px + t.py + ((na + nb) if t.double_buffer else 0)
+    """32-bit registers a work-item's values take: accumulators, fragments and the
+    entries it copies."""
+    n = t.px * t.py + t.px + t.py + copies(t, t.bm) + copies(t, t.bn)
     return n * dtype_size(e) // 4
 
 # vim: foldmethod=marker
