@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import loopy as lp
+import numpy as np
 import pymbolic.primitives as prim
 
 from feinsum.spec.model import Array, BatchedEinsum
@@ -43,6 +44,21 @@ from feinsum.toolbox.dense import rewritten_kernel, subscript
 
 #: Shared-memory banks the local tiles' padding spreads the transposing copies over.
 BANKS = 32
+#: The values of the ``gemm_gpu`` recipe's parameters.
+REGISTER_TILES, K_TILES, VECTOR_WIDTHS, SPLITS = (1, 2, 4, 8), (2, 4, 8, 16, 32), (1, 2, 4), (
+    1, 2, 4, 8, 16)
+#: 32-bit registers a work-item keeps for addresses, indices and loop counters.
+RESERVED_REGISTERS = 32
+#: Unrolled FMA statements of one ``K`` tile (``px*py*kt``) at most: compile time.
+MAX_UNROLLED = 1024
+#: The work-items of a default work-group (fewer where the device allows fewer).
+DEFAULT_THREADS = 256
+#: The length the default assumes for a symbolic output length when it decides whether
+#: the output fills the device (twice the shortest length canonical specs abstract).
+SYMBOLIC_GUESS = 512
+#: The shortest slice of a split reduction the default makes: each slice's partial sums
+#: then cost a few percent of its flops' time in memory traffic.
+SLICE_DEPTH = 1024
 
 
 # {{{ roles: the contraction as a GEMM over fused indices
@@ -225,42 +241,107 @@ class _Side:
     tag: str
 
 
+def _entry(t: Tiling, sd: _Side, ktile: Any, buf: Any, f: Any, v: Any
+           ) -> tuple[Any, Any, Any, Any, frozenset[Any]]:
+    """Entry *v* of the run a work-item copies in round *f* of a copy of *sd*'s tile:
+    its row and ``K`` index in the operand, its place in the tile (buffer *buf*), its
+    offset in the tile's ``K`` rows, and the predicate of the work-items that copy."""
+    runs = sd.block // t.vw
+    flat = f * t.threads + _V("ly") * t.lx + _V("lx")
+    kk, m4 = (flat % t.kt, flat // t.kt) if sd.transposed else (flat // runs, flat % runs)
+    dest = (subscript(sd.tile, buf, kk, m4, v) if t.vw > 1 else subscript(sd.tile, buf, kk, m4))
+    preds = frozenset() if (t.kt * runs) % t.threads == 0 else frozenset(
+        {prim.Comparison(flat, "<", t.kt * runs)})
+    return sd.g * sd.block + m4 * t.vw + v, ktile * t.kt + kk, dest, kk, preds
+
+
+def _edges(t: Tiling, sd: _Side, lens: dict[str, Any]) -> tuple[bool, bool]:
+    """Whether *sd*'s copies may read past the operand: along its block (a length the
+    block may not divide), along ``K`` (a length the tiles times the slices may not)."""
+    return (not (isinstance(sd.length, int) and sd.length % sd.block == 0),
+            not (isinstance(lens["K"], int) and lens["K"] % (t.kt * t.split) == 0))
+
+
+def _masks(t: Tiling, sd: _Side, lens: dict[str, Any], within: frozenset[str]
+           ) -> tuple[list[Any], list[Any]]:
+    """Before the ``K`` loop, what of a work-item's copies lies inside the operand:
+    ``ok{tag}[round, entry]`` (1: its row is) and ``kl{tag}[round]`` (``K`` less the
+    run's offset in the tile rows), so that a copy only compares its tile's offset."""
+    edge_m, edge_k = _edges(t, sd, lens)
+    h, u = _V(f"h{sd.tag}"), (_V(f"u{sd.tag}") if t.vw > 1 else 0)
+    gm, _, _, kk, preds = _entry(t, sd, 0, 0, h, u)
+    rounds, loops = copy_rounds(t, sd.block), {h.name} | ({u.name} if t.vw > 1 else set())
+    insns, temps = [], []
+    if edge_m:
+        shape = (rounds, t.vw) if t.vw > 1 else (rounds,)
+        temps.append(lp.TemporaryVariable(f"ok{sd.tag}", np.int32, shape=shape,
+                                          address_space=lp.AddressSpace.PRIVATE))
+        insns.append(lp.Assignment(
+            subscript(f"ok{sd.tag}", h, *((u,) if t.vw > 1 else ())),
+            prim.If(prim.Comparison(gm, "<", sd.length), 1, 0), id=f"ok_{sd.tag}",
+            within_inames=within | loops, predicates=preds))
+    if edge_k:
+        temps.append(lp.TemporaryVariable(f"kl{sd.tag}", np.int32, shape=(rounds,),
+                                          address_space=lp.AddressSpace.PRIVATE))
+        insns.append(lp.Assignment(subscript(f"kl{sd.tag}", h), lens["K"] - kk,
+                                   id=f"kl_{sd.tag}", within_inames=within | {h.name},
+                                   predicates=preds))
+    return insns, temps
+
+
 def _copy(e: BatchedEinsum, r: Roles, t: Tiling, sd: _Side, lens: dict[str, Any],
           ktile: Any, buf: Any, within: frozenset[str], name: str, deps: frozenset[str],
           suffix: str = "") -> list[Any]:
     """Copy *sd*'s tile of K tile *ktile* to buffer *buf* of its local tile: every
     work-item loads its entries (clamped into the operand, so unconditionally) into
-    registers ``r{tag}`` (statement ``{name}_ld``), then stores them, zero outside the
-    operand, to local memory (``{name}``); inames ``i{tag}{suffix}``, ``s{tag}{suffix}``."""
-    tid = _V("ly") * t.lx + _V("lx")
-    total = t.kt * sd.block
+    registers ``r{tag}`` (statement ``{name}_ld``), zeros those outside the operand
+    (``{name}_zero``, by the masks of :func:`_masks`), then stores them to local memory
+    (``{name}``). A work-item copies runs of ``vw`` entries (the local tile's vectors) in
+    rounds ``i{tag}{suffix}`` (``s...`` for the stores), the entries of a run in
+    ``v{tag}{suffix}`` (``w...``)."""
     dt = e.value_dtype(0)
+    edge_m, edge_k = _edges(t, sd, lens)
 
-    def entry(f: Any) -> tuple[Any, Any, Any, frozenset[Any]]:
-        flat = f * t.threads + tid
-        kk, mm = (flat % t.kt, flat // t.kt) if sd.transposed else (
-            flat // sd.block, flat % sd.block)
-        gm, gk = sd.g * sd.block + mm, ktile * t.kt + kk
-        preds = frozenset() if total % t.threads == 0 else frozenset(
-            {prim.Comparison(flat, "<", total)})
-        return gm, gk, subscript(sd.tile, buf, kk, mm), preds
+    def loop(name: str) -> tuple[Any, set[str]]:  # no loop over the entries of a scalar
+        return (_V(name), {name}) if t.vw > 1 else (0, set())
 
-    ld, st = _V(f"i{sd.tag}{suffix}"), _V(f"s{sd.tag}{suffix}")
-    gm, gk, _, preds = entry(ld)
-    idx = {**components(e, sd.group, prim.Min((gm, sd.length - 1))),
-           **components(e, r.k, prim.Min((gk, lens["K"] - 1))),
+    def run(name: str, f: Any, v: Any) -> Any:
+        return subscript(name, f, v) if t.vw > 1 else subscript(name, f)
+
+    f = _V(f"i{sd.tag}{suffix}")
+    v, vl = loop(f"v{sd.tag}{suffix}")
+    gm, gk, _, _, preds = _entry(t, sd, ktile, buf, f, v)
+    idx = {**components(e, sd.group, prim.Min((gm, sd.length - 1)) if edge_m else gm),
+           **components(e, r.k, prim.Min((gk, lens["K"] - 1)) if edge_k else gk),
            **{i: _V(i) for i in (*r.rest, *r.red)}}
-    load = lp.Assignment(subscript(f"r{sd.tag}", ld),
+    out = [lp.Assignment(run(f"r{sd.tag}", f, v),
                          _V(f"op{sd.col}_r0")(*(idx[i] for i in e.in_indices[sd.col])),
-                         id=f"{name}_ld", within_inames=within | {ld.name}, predicates=preds,
-                         depends_on=deps)
-    gm, gk, dest, preds = entry(st)
-    inside = prim.LogicalAnd((prim.Comparison(gm, "<", sd.length),
-                              prim.Comparison(gk, "<", lens["K"])))
-    store = lp.Assignment(dest, prim.If(inside, subscript(f"r{sd.tag}", st), dt.type(0)),
-                          id=name, within_inames=within | {st.name}, predicates=preds,
-                          depends_on=frozenset({f"{name}_ld"}))
-    return [load, store]
+                         id=f"{name}_ld", within_inames=within | {f.name} | vl,
+                         predicates=preds, depends_on=deps)]
+    inside = [*([prim.Comparison(run(f"ok{sd.tag}", f, v), "!=", 0)] if edge_m else []),
+              *([prim.Comparison(ktile * t.kt, "<", subscript(f"kl{sd.tag}", f))]
+                if edge_k else [])]
+    if inside:  # zero what lies outside, in the registers (the stores stay whole vectors)
+        reg = run(f"r{sd.tag}", f, v)
+        masks = {f"ok_{sd.tag}"} if edge_m else set()
+        out.append(lp.Assignment(
+            reg, prim.If(prim.LogicalAnd(tuple(inside)) if len(inside) > 1 else inside[0],
+                         reg, dt.type(0)),
+            id=f"{name}_zero", within_inames=within | {f.name} | vl, predicates=preds,
+            depends_on=frozenset({f"{name}_ld", *masks, *({f"kl_{sd.tag}"} if edge_k
+                                                          else ())})))
+    f = _V(f"s{sd.tag}{suffix}")
+    v, vl = loop(f"w{sd.tag}{suffix}")
+    _, _, dest, _, preds = _entry(t, sd, ktile, buf, f, v)
+    out.append(lp.Assignment(dest, run(f"r{sd.tag}", f, v), id=name,
+                             within_inames=within | {f.name} | vl, predicates=preds,
+                             depends_on=frozenset({out[-1].id})))
+    return out
+
+
+def copy_rounds(t: Tiling, block: int) -> int:
+    """Rounds of ``vw`` entries in which the work-items copy a ``kt x block`` tile."""
+    return -(-t.kt * block // (t.vw * t.threads))
 
 
 def gemm_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, r: Roles, t: Tiling
@@ -280,15 +361,24 @@ def gemm_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, r: Roles, t: Tilin
     private, local = lp.AddressSpace.PRIVATE, lp.AddressSpace.LOCAL
     temps: list[Any] = [lp.TemporaryVariable("acc", dt, shape=(t.py, t.px),
                                              address_space=private)]
+    vec = (t.vw,) if t.vw > 1 else ()  # the local tiles' and fragments' vectors
+    tags = ["c"] * 3 + ["vec"] * len(vec)
     for sd, n in zip(sides, (t.py, t.px), strict=True):
-        row = sd.block + t.pad(sd.transposed)
-        temps += [lp.TemporaryVariable(f"f{sd.tag}", dt, shape=(n,), address_space=private),
-                  lp.TemporaryVariable(sd.tile, dt, shape=(nbuf, t.kt, row),
-                                       address_space=local),
-                  lp.TemporaryVariable(f"r{sd.tag}", dt, shape=(copies(t, sd.block),),
-                                       address_space=private)]
+        row = (sd.block + t.pad(sd.transposed)) // t.vw
+        temps += [lp.TemporaryVariable(f"f{sd.tag}", dt, shape=(n // t.vw, *vec),
+                                       dim_tags=",".join(tags[2:]),
+                                       address_space=private),
+                  lp.TemporaryVariable(sd.tile, dt, shape=(nbuf, t.kt, row, *vec),
+                                       dim_tags=",".join(tags), address_space=local),
+                  lp.TemporaryVariable(f"r{sd.tag}", dt,
+                                       shape=(copy_rounds(t, sd.block), *vec),
+                                       dim_tags=",".join(tags[2:]), address_space=private)]
     insns: list[Any] = [lp.Assignment(subscript("acc", _V("ipy"), _V("ipx")), dt.type(0),
                                       id="init", within_inames=groups | {"ipx", "ipy"})]
+    for sd in sides:
+        more, tmp = _masks(t, sd, lens, groups)
+        insns += more
+        temps += tmp
     if t.double_buffer:  # tile 0 before the rounds, round q copies tile q + 1
         for sd in sides:
             insns += _copy(e, r, t, sd, lens, s, 0, outside, f"pro_{sd.tag}", frozenset(),
@@ -306,13 +396,19 @@ def gemm_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, r: Roles, t: Tilin
         fetched = frozenset({"cp_a", "cp_b"})
     # the register tile's update: fragments of both tiles, then px*py unguarded FMAs
     ku = _V("ku")
-    for sd, lanes, lid, p in ((sides[0], t.ly, "ly", "apy"), (sides[1], t.lx, "lx", "bpx")):
+    for sd, lanes, lid, p in ((sides[0], t.ly, "ly", "fra"), (sides[1], t.lx, "lx", "frb")):
+        run = _V(p) * lanes + _V(lid)  # run p of the work-item's vectors of the tile row
+        lane = (_V(f"{p}v"),) if t.vw > 1 else ()
         insns.append(lp.Assignment(
-            subscript(f"f{sd.tag}", _V(p)),
-            subscript(sd.tile, cur, ku, _offset(lanes, t.vw, _V(lid), _V(p))),
-            id=f"frag_{sd.tag}", within_inames=body | {"ku", p}, depends_on=fetched,
+            subscript(f"f{sd.tag}", _V(p), *lane), subscript(sd.tile, cur, ku, run, *lane),
+            id=f"frag_{sd.tag}", within_inames=body | {"ku", p, *(f"{p}v" for _ in lane)},
+            depends_on=fetched,
             no_sync_with=frozenset({(f"cp_{sd.tag}", "any")} if t.double_buffer else ())))
-    pair = (subscript("fa", _V("py")), subscript("fb", _V("px")))
+
+    def frag(name: str, p: Any) -> Any:
+        return subscript(name, p // t.vw, p % t.vw) if t.vw > 1 else subscript(name, p)
+
+    pair = (frag("fa", _V("py")), frag("fb", _V("px")))
     cell = subscript("acc", _V("py"), _V("px"))
     insns.append(lp.Assignment(
         cell, cell + prim.Product(pair if r.a == 0 else pair[::-1]), id="fma",
@@ -330,11 +426,6 @@ def gemm_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, r: Roles, t: Tilin
         temps.append(lp.TemporaryVariable("slices", dt, shape=(t.split, lens["Y"], lens["X"]),
                                           address_space=lp.AddressSpace.GLOBAL))
     return _finish(knl, e, r, t, insns, temps, lens)
-
-
-def copies(t: Tiling, block: int) -> int:
-    """Entries of a ``kt x block`` tile each work-item copies."""
-    return -(-t.kt * block // t.threads)
 
 
 def _stores(e: BatchedEinsum, r: Roles, t: Tiling, lens: dict[str, Any]) -> list[Any]:
@@ -378,22 +469,30 @@ def _finish(knl: lp.LoopKernel, e: BatchedEinsum, r: Roles, t: Tiling, insns: li
     """The kernel's domain, iname tags and options around *insns*."""
     X, Y, K = (_affine(lens[g]) for g in ("X", "Y", "K"))
     syms = sorted({str(n) for n in e.lengths.values() if isinstance(n, str)})
-    na, nb = copies(t, t.bm), copies(t, t.bn)
-    ranges = {"lx": t.lx, "ly": t.ly, "ku": t.kt, "ia": na, "sa": na, "ib": nb, "sb": nb,
-              **{n: t.px for n in ("px", "ipx", "spx", "bpx")},
-              **{n: t.py for n in ("py", "ipy", "spy", "apy")},
+    na, nb = copy_rounds(t, t.bm), copy_rounds(t, t.bn)
+    ranges = {"lx": t.lx, "ly": t.ly, "ku": t.kt,
+              **{n: t.px for n in ("px", "ipx", "spx")},
+              **{n: t.py for n in ("py", "ipy", "spy")},
+              "fra": t.py // t.vw, "frb": t.px // t.vw,
+              **({"frav": t.vw, "frbv": t.vw} if t.vw > 1 else {}),
               **{i: e.lengths[i] for i in (*r.rest, *r.red)}}
-    if t.double_buffer:
-        ranges.update({"ia0": na, "sa0": na, "ib0": nb, "sb0": nb})
+    ranges.update({"ha": na, "hb": nb, **({"ua": t.vw, "ub": t.vw} if t.vw > 1 else {})})
+    for sfx in ("", "0") if t.double_buffer else ("",):
+        ranges.update({f"{c}a{sfx}": na for c in "is"} | {f"{c}b{sfx}": nb for c in "is"}
+                      | {f"{c}{o}{sfx}": t.vw for c in "vw" for o in "ab" if t.vw > 1})
     if t.split > 1:
         ranges["gs"] = t.split
     cons = [f"0 <= gx and {t.bn}*gx < {X}", f"0 <= gy and {t.bm}*gy < {Y}",
             # every slice runs the same rounds (a tile past K reads zeros): a bound that
             # depended on the slice would also keep slices without tiles from storing
-            f"0 <= q and {t.kt * t.split}*q < {K}",
-            *(f"0 <= {n} < {v}" for n, v in ranges.items())]
-    names = ", ".join(["gx", "gy", "q", *ranges])
-    domains = [f"[{', '.join(syms)}] -> {{[{names}]: {' and '.join(cons)}}}"]
+            f"0 <= q and {t.kt * t.split}*q < {K}"]
+    outer = ["lx", "ly", *r.rest, *r.red, *(["gs"] if t.split > 1 else [])]
+    cons += [f"0 <= {n} < {ranges[n]}" for n in outer]
+    names = ", ".join(["gx", "gy", "q", *outer])
+    params = f"[{', '.join(syms)}] -> " if syms else ""
+    # the short loops a domain each: isl's work grows fast with a domain's dimensions
+    domains = [f"{params}{{[{names}]: {' and '.join(cons)}}}",
+               *(f"{{[{n}]: 0 <= {n} < {v}}}" for n, v in ranges.items() if n not in outer)]
     if t.split > 1:
         domains.append(f"[{', '.join(syms)}] -> {{[sm, sn, ss]: 0 <= sm < {Y} and "
                        f"0 <= sn < {X} and 0 <= ss < {t.split}}}")
@@ -402,7 +501,10 @@ def _finish(knl: lp.LoopKernel, e: BatchedEinsum, r: Roles, t: Tiling, insns: li
         target=knl.target, lang_version=(2018, 2), seq_dependencies=False,
         silenced_warnings=["v1_scheduler_fallback", "write_race*", "read_no_write*"])
     tags = {"gx": "g.0", "gy": "g.1", "lx": "l.0", "ly": "l.1",
-            **{n: "unr" for n in ranges if n not in ("lx", "ly", *r.rest, *r.red, "gs")}}
+            **{n: "unr" for n in ranges if n not in ("lx", "ly", *r.rest, *r.red, "gs")},
+            "frav": "vec", "frbv": "vec",
+            **{f"w{o}{sfx}": "vec" for o in "ab" for sfx in ("", "0")}}
+    tags = {k: v for k, v in tags.items() if k in ranges or k in ("gx", "gy")}
     if t.split > 1:
         tags["gs"] = "g.2"
     elif r.rest:
@@ -418,10 +520,60 @@ def _finish(knl: lp.LoopKernel, e: BatchedEinsum, r: Roles, t: Tiling, insns: li
     return lp.assume(new, " and ".join(f"{s} >= 1" for s in syms)) if syms else new
 
 
+def local_entries(e: BatchedEinsum, r: Roles, t: Tiling) -> int:
+    """Entries of *t*'s local tiles for *e* (both buffers)."""
+    return t.local_entries(transposes(e, r, r.a), transposes(e, r, r.b))
+
+
+def register_budget(device: Any) -> int:
+    """32-bit registers a work-item's values may take on *device*."""
+    from feinsum.devices.info import GENERIC_GPU
+
+    regs = device.registers_per_work_item or GENERIC_GPU["registers_per_work_item"]
+    return int(regs) - RESERVED_REGISTERS
+
+
+def _estimate(e: BatchedEinsum, group: Sequence[str]) -> int:
+    """The length of *group* with :data:`SYMBOLIC_GUESS` for a symbolic member."""
+    return math.prod(n if isinstance(n, int) else SYMBOLIC_GUESS
+                     for n in (e.lengths[i] for i in group))
+
+
+def default_tiling(e: BatchedEinsum, r: Roles, device: Any) -> Tiling:
+    """The default GEMM tiling on *device*: 16 x 16 work-items (fewer where the device
+    allows fewer) with 4 x 4 register tiles in runs of 4 (64 x 64 blocks: the tile whose
+    vector local loads keep the local-memory pipe below the FMAs while giving a 1024^2
+    output 256 work-groups), smaller where the registers do not hold them; ``kt`` 16 (8,
+    4... where local memory is short), double-buffered; split-K over a fixed reduction
+    when the output (symbolic lengths taken as :data:`SYMBOLIC_GUESS`) has fewer blocks
+    than twice the compute units, in slices of at least :data:`SLICE_DEPTH`."""
+    most = min(DEFAULT_THREADS, device.max_work_group_size)
+    lx = min(16, most, device.max_work_item_sizes[0])
+    ly = max(1, min(most // lx, device.max_work_item_sizes[1]))
+    px = py = 4
+    t = Tiling(lx, ly, px, py, 16, 4, 1, True)
+    while value_registers(e, t) > register_budget(device) and t.px * t.py > 1:
+        px, py = (px // 2, py) if px >= py else (px, py // 2)
+        t = Tiling(lx, ly, px, py, 16, min(4, px, py), 1, True)
+    size = dtype_size(e)
+    while local_entries(e, r, t) * size > device.local_mem_size and t.kt > K_TILES[0]:
+        t = Tiling(lx, ly, t.px, t.py, t.kt // 2, t.vw, 1, True)
+    k = group_length(e, r.k)
+    if r.rest or not isinstance(k, int):
+        return t
+    blocks = -(-_estimate(e, r.y) // t.bm) * -(-_estimate(e, r.x) // t.bn)
+    want = -(-2 * device.compute_units // blocks)
+    split = 1
+    while split < want and 2 * split <= min(k // SLICE_DEPTH, SPLITS[-1]):
+        split *= 2
+    return Tiling(lx, ly, t.px, t.py, t.kt, t.vw, split, True)
+
+
 def value_registers(e: BatchedEinsum, t: Tiling) -> int:
     """32-bit registers a work-item's values take: accumulators, fragments and the
     entries it copies."""
-    n = t.px * t.py + t.px + t.py + copies(t, t.bm) + copies(t, t.bn)
+    copied = (copy_rounds(t, t.bm) + copy_rounds(t, t.bn)) * t.vw
+    n = t.px * t.py + t.px + t.py + copied
     return n * dtype_size(e) // 4
 
 # vim: foldmethod=marker
