@@ -86,14 +86,40 @@ def test_applies_to_two_operand_contractions_on_gpus(cl_device) -> None:  # type
     assert "several rows" in r.applies(canonicalize(rows), h100)
 
 
-@pytest.mark.parametrize("dt", ["float32", "float64"])
-@pytest.mark.parametrize("model", ["h100", "mi250x"])
+@pytest.mark.parametrize("dt, model", [("float32", "h100"), ("float64", "mi250x")])
 def test_random_configurations_match_evaluate(dt, model, cl_queue):  # type: ignore[no-untyped-def]
+    """Random valid configurations of work-groups up to 256 and unrolled bodies up to 256
+    FMAs (the whole space: the slow sweep), round-robin over the specs."""
+    import numpy as np
+
+    from feinsum.recipes import Constraint
+    from feinsum.recipes.testing import check_configuration, sample_lengths
+
+    dev, rng = get_model(model), np.random.default_rng(31 if dt == "float32" else 32)
+    small = Constraint("test_size", lambda p: p["lx"] * p["ly"] <= 256
+                       and p["px"] * p["py"] * p["kt"] <= 256, "quick on PoCL")
+    bad = []
+    for name, spec in specs(dt).items():
+        e = canonicalize(spec)
+        (params,) = recipe().space(e, dev).constrain(small).sample(rng, n=1)
+        err = check_configuration(recipe(), e, params, sample_lengths(e, rng), cl_queue,
+                                  device=dev)
+        if err:
+            bad.append(f"{name} {params}: {err}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+@pytest.mark.parametrize("model", ["h100", "mi250x", "max1550", "m2max"])
+def test_sweep(dt, model, cl_queue):  # type: ignore[no-untyped-def]
     from feinsum.recipes.testing import assert_all_ok, check_random_configurations
 
-    cases = check_random_configurations(recipe(), list(specs(dt).values()), cl_queue, n=10,
-                                        seed=len(dt) * 10 + len(model), device=get_model(model))
-    assert len(cases) == 10
+    dev = get_model(model)
+    if not dev.has_fp64 and dt == "float64":
+        pytest.skip(f"{model} has no float64")
+    cases = check_random_configurations(recipe(), list(specs(dt).values()), cl_queue, n=40,
+                                        seed=5, device=dev)
     assert_all_ok(cases)
 
 
@@ -138,15 +164,16 @@ def test_full_tiles_have_no_guard(name: str) -> None:
     """Symbolic lengths, yet the K loop has no branch: copies read zeros outside the
     operands, so every FMA of the register tile runs unguarded; px*py FMAs per K step on
     (px + py) / vw vector local loads."""
-    code = _code(name, lx=8, ly=8, px=4, py=4, vw=4, kt=4)
+    code = _code(name, lx=8, ly=8, px=4, py=4, vw=4, kt=8)
     body = _k_loop(code)
     assert "if (" not in body
     fmas = re.findall(r"acc\[\d+\] = acc\[\d+\] \+", body)
     frags = re.findall(r"\bf[ab]\[\d+\] = tile_[ab]\[", body)
-    assert len(fmas) == 4 * 16 and len(frags) == 4 * 2
+    assert len(fmas) == 8 * 16 and len(frags) == 8 * 2
     assert "float4 fa[1]" in code
-    # kt = 2: half the work-items copy a tile (a guard around the copy), none in the FMAs
-    body = _k_loop(_code(name, lx=8, ly=8, px=4, py=4, vw=4, kt=2))
+    # kt = 4: half the work-items copy a tile (a guard around the copy), none in the FMAs
+    body = _k_loop(_code(name, lx=8, ly=8, px=4, py=4, vw=4, kt=4))
+    assert "if (" in body
     depth = {len(line) - len(line.lstrip()) for line in body.splitlines()
              if re.search(r"acc\[\d+\] = acc", line)}
     assert depth == {4}, depth

@@ -40,7 +40,7 @@ import pymbolic.primitives as prim
 
 from feinsum.spec.model import Array, BatchedEinsum
 from feinsum.toolbox.core import dtype_size, kernel_of, main_reduction
-from feinsum.toolbox.dense import rewritten_kernel, subscript
+from feinsum.toolbox.dense import subscript
 
 #: Shared-memory banks the local tiles' padding spreads the transposing copies over.
 BANKS = 32
@@ -101,7 +101,7 @@ def _grow(e: BatchedEinsum, seed: str, orders: Sequence[Sequence[str]], allowed:
     def neighbour(i: str, step: int) -> str | None:
         found = set()
         for o in orders:
-            k = list(o).index(i) + step
+            k = list(o).index(i) + step if i in o else -1  # not in an operand: alone
             found.add(o[k] if 0 <= k < len(o) else None)
         n = found.pop() if len(found) == 1 else None
         return n if n in allowed and n not in group else None
@@ -268,10 +268,12 @@ def _masks(t: Tiling, sd: _Side, lens: dict[str, Any], within: frozenset[str]
     ``ok{tag}[round, entry]`` (1: its row is) and ``kl{tag}[round]`` (``K`` less the
     run's offset in the tile rows), so that a copy only compares its tile's offset."""
     edge_m, edge_k = _edges(t, sd, lens)
-    h, u = _V(f"h{sd.tag}"), (_V(f"u{sd.tag}") if t.vw > 1 else 0)
+    h = _V(f"h{sd.tag}")
+    u: Any = _V(f"u{sd.tag}") if t.vw > 1 else 0
     gm, _, _, kk, preds = _entry(t, sd, 0, 0, h, u)
-    rounds, loops = copy_rounds(t, sd.block), {h.name} | ({u.name} if t.vw > 1 else set())
-    insns, temps = [], []
+    rounds, loops = copy_rounds(t, sd.block), {h.name} | ({f"u{sd.tag}"} if t.vw > 1 else set())
+    insns: list[Any] = []
+    temps: list[Any] = []
     if edge_m:
         shape = (rounds, t.vw) if t.vw > 1 else (rounds,)
         temps.append(lp.TemporaryVariable(f"ok{sd.tag}", np.int32, shape=shape,
@@ -363,22 +365,25 @@ def gemm_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, r: Roles, t: Tilin
                                              address_space=private)]
     vec = (t.vw,) if t.vw > 1 else ()  # the local tiles' and fragments' vectors
     tags = ["c"] * 3 + ["vec"] * len(vec)
+    full: Any = ",".join(tags)  # loopy parses dim_tags given as text
+    part: Any = ",".join(tags[2:])
     for sd, n in zip(sides, (t.py, t.px), strict=True):
         row = (sd.block + t.pad(sd.transposed)) // t.vw
         temps += [lp.TemporaryVariable(f"f{sd.tag}", dt, shape=(n // t.vw, *vec),
-                                       dim_tags=",".join(tags[2:]),
+                                       dim_tags=part,
                                        address_space=private),
                   lp.TemporaryVariable(sd.tile, dt, shape=(nbuf, t.kt, row, *vec),
-                                       dim_tags=",".join(tags), address_space=local),
+                                       dim_tags=full, address_space=local),
                   lp.TemporaryVariable(f"r{sd.tag}", dt,
                                        shape=(copy_rounds(t, sd.block), *vec),
-                                       dim_tags=",".join(tags[2:]), address_space=private)]
+                                       dim_tags=part, address_space=private)]
     insns: list[Any] = [lp.Assignment(subscript("acc", _V("ipy"), _V("ipx")), dt.type(0),
                                       id="init", within_inames=groups | {"ipx", "ipy"})]
     for sd in sides:
         more, tmp = _masks(t, sd, lens, groups)
         insns += more
         temps += tmp
+    cur: Any = 0
     if t.double_buffer:  # tile 0 before the rounds, round q copies tile q + 1
         for sd in sides:
             insns += _copy(e, r, t, sd, lens, s, 0, outside, f"pro_{sd.tag}", frozenset(),
@@ -390,7 +395,6 @@ def gemm_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, r: Roles, t: Tilin
                            f"cp_{sd.tag}", prologue)
         fetched = prologue | {"cp_a_ld", "cp_b_ld"}
     else:
-        cur = 0
         for sd in sides:
             insns += _copy(e, r, t, sd, lens, ktile, 0, body, f"cp_{sd.tag}", frozenset())
         fetched = frozenset({"cp_a", "cp_b"})
@@ -434,8 +438,8 @@ def _stores(e: BatchedEinsum, r: Roles, t: Tiling, lens: dict[str, Any]) -> list
     spy, spx = _V("spy"), _V("spx")
     gm = _V("gy") * t.bm + _offset(t.ly, t.vw, _V("ly"), spy)
     gn = _V("gx") * t.bn + _offset(t.lx, t.vw, _V("lx"), spx)
-    inside = frozenset({prim.Comparison(gm, "<", lens["Y"]),
-                        prim.Comparison(gn, "<", lens["X"])})
+    inside: Any = frozenset({prim.Comparison(gm, "<", lens["Y"]),
+                             prim.Comparison(gn, "<", lens["X"])})
     cell = subscript("acc", spy, spx)
     within = frozenset({"gx", "gy", "lx", "ly", *r.rest, "spx", "spy"})
     if t.split == 1:
@@ -497,7 +501,8 @@ def _finish(knl: lp.LoopKernel, e: BatchedEinsum, r: Roles, t: Tiling, insns: li
         domains.append(f"[{', '.join(syms)}] -> {{[sm, sn, ss]: 0 <= sm < {Y} and "
                        f"0 <= sn < {X} and 0 <= ss < {t.split}}}")
     new = lp.make_kernel(
-        domains, [*knl.substitutions.values(), *insns], [*knl.args, *temps], name=knl.name,
+        domains, [*knl.substitutions.values(), *insns], [*knl.args, *temps],  # type: ignore[list-item]
+        name=knl.name,
         target=knl.target, lang_version=(2018, 2), seq_dependencies=False,
         silenced_warnings=["v1_scheduler_fallback", "write_race*", "read_no_write*"])
     tags = {"gx": "g.0", "gy": "g.1", "lx": "l.0", "ly": "l.1",
