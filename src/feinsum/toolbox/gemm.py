@@ -438,8 +438,10 @@ def _stores(e: BatchedEinsum, r: Roles, t: Tiling, lens: dict[str, Any]) -> list
     spy, spx = _V("spy"), _V("spx")
     gm = _V("gy") * t.bm + _offset(t.ly, t.vw, _V("ly"), spy)
     gn = _V("gx") * t.bn + _offset(t.lx, t.vw, _V("lx"), spx)
-    inside: Any = frozenset({prim.Comparison(gm, "<", lens["Y"]),
-                             prim.Comparison(gn, "<", lens["X"])})
+    inside: Any = frozenset(  # none where fixed lengths are multiples of the blocks
+        prim.Comparison(g, "<", n) for g, n, block in ((gm, lens["Y"], t.bm),
+                                                       (gn, lens["X"], t.bn))
+        if not (isinstance(n, int) and n % block == 0))
     cell = subscript("acc", spy, spx)
     within = frozenset({"gx", "gy", "lx", "ly", *r.rest, "spx", "spy"})
     if t.split == 1:
