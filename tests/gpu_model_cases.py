@@ -27,8 +27,12 @@ from feinsum.devices.opencl import DeviceInfo
 from feinsum.spec.canonical import canonicalize
 from feinsum.tuning.workloads import workloads
 
-#: Lengths every symbol gets: a multiple of no tile (runs in well under a second).
-LENGTHS = ({"*": 73},)
+#: Lengths every symbol gets: multiples of no tile, and shorter than most tiles (runs in
+#: well under a second).
+LENGTHS = ({"*": 73}, {"*": 5})
+#: Reference-sized workloads added to the small ones: the two-index transformation with
+#: its 64 x 64 reduction, whose default splits the reduction on GPUs (split-K).
+FULL_SIZED = ("two_index",)
 
 
 @functools.cache
@@ -38,7 +42,10 @@ def recipes() -> dict[str, Any]:
 
 @functools.cache
 def specs() -> dict[str, Any]:
-    return {name: canonicalize(w.spec) for name, w in workloads(small=True).items()}
+    full = {f"{name}_full": canonicalize(w.spec) for name, w in workloads().items()
+            if name in FULL_SIZED}
+    return {**{name: canonicalize(w.spec) for name, w in workloads(small=True).items()},
+            **full}
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ PREFERENCE: tuple[str, ...] = (
     "tiled_1d",        # kernel reductions on GPUs
     "dg_transposed",   # element-batched small operators, plain layouts
     "dg_operator",     # element-batched small operators, element-blocked layouts
+    "gemm_gpu",        # two-operand contractions on GPUs (CPUs: contraction)
     "elementwise",     # no reduction
     "generic",         # every dense einsum
 )
