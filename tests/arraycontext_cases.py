@@ -169,8 +169,9 @@ def run_lazy(name: str, dtype: Any = np.float64) -> dict[str, Any]:
     }
 
 
-def run_eager(sizes: tuple[int, ...] = (20, 33), dtype: Any = np.float64) -> dict[str, Any]:
-    """``actx.einsum`` of FeinsumPyOpenCLArrayContext at several sizes in one process."""
+def run_eager(sizes: tuple[int, ...] = (100, 150), dtype: Any = np.float64) -> dict[str, Any]:
+    """``actx.einsum`` of FeinsumPyOpenCLArrayContext at several sizes in one process
+    (each with enough work to be transformed: see ``feinsum/hook/payoff.py``)."""
     import pyopencl.array as cla
 
     from feinsum.arraycontext import FeinsumPyOpenCLArrayContext

@@ -72,7 +72,7 @@ def test_lazy_float32(cases: Any) -> None:
 
 def test_eager_context_two_sizes(cases: Any) -> None:
     """The eager context runs an einsum transformed for each size it is called with."""
-    facts = cases.run_eager((20, 33))
+    facts = cases.run_eager((100, 150))
     assert facts["programs"] == 2
     for run in facts["runs"]:
         assert run["transformed"] == 1, run["report"]

@@ -114,9 +114,12 @@ def assert_same_results(a: dict[str, Any], b: dict[str, Any]) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cache() -> None:
+def _fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts with the hook's caches empty: this process's, and a persistent
+    one of its own."""
     from feinsum.hook import clear_cache
 
+    monkeypatch.setenv("FEINSUM_CACHE", str(tmp_path / "programs"))
     clear_cache()
 
 
