@@ -95,11 +95,13 @@ def clear_cache() -> None:
     """Forget every program (and device) the hook has seen in this process (the
     persistent cache is left alone: ``feinsum cache clear`` empties it)."""
     from feinsum.hook.planning import clear_parts
+    from feinsum.hook.store import forget_fingerprints
 
     with _CACHE_LOCK:
         _CACHE.clear()
         _DEVICE_INFO.clear()
     clear_parts()
+    forget_fingerprints()
 
 
 def _remember(key: str, entry: Entry) -> None:
@@ -108,12 +110,6 @@ def _remember(key: str, entry: Entry) -> None:
         _CACHE.move_to_end(key)
         while len(_CACHE) > CACHE_SIZE:
             _CACHE.popitem(last=False)
-
-
-def _recipe_dirs(recipe_path: Any) -> list[Path]:
-    from feinsum.recipes.loading import _as_paths, default_directories
-
-    return [*_as_paths(recipe_path), *default_directories()]
 
 
 def _lookup(key: str, db: Any, info: DeviceInfo, recipe_path: Any
@@ -276,14 +272,14 @@ def transform_program(
 def _transform(t_unit: Any, device: Any, db: Any, opts: Options, recipe_path: Any,
                cache: bool, schedule_all: bool, run_once: bool, clock: Clock, t0: float
                ) -> tuple[Any, HookReport]:
-    from feinsum.hook.store import Entry, code_fingerprint, entry_key
+    from feinsum.hook.store import Entry, code_fingerprint, entry_key, recipe_directories
 
     with clock("setup"):
         info, dev, vector_problem = _device(device)
     if cache:
         with clock("cache"):
             key = entry_key(program_key(t_unit), repr(info), vector_problem,
-                            code_fingerprint(_recipe_dirs(recipe_path)), opts,
+                            code_fingerprint(recipe_directories(recipe_path)), opts,
                             str(recipe_path), schedule_all, run_once, _database_name(db))
             found = _lookup(key, db, info, recipe_path)
         if found is not None:

@@ -102,6 +102,11 @@ def code_fingerprint(recipe_dirs: Sequence[Path]) -> str:
     return digest
 
 
+def forget_fingerprints() -> None:
+    """Compute :func:`code_fingerprint` again on its next call (files were edited)."""
+    _FINGERPRINTS.clear()
+
+
 def _python_files(root: Path) -> list[Path]:
     if root.is_file():
         return [root]
@@ -135,9 +140,30 @@ def database_files(db: Any) -> list[Path] | None:
     return [path, path.with_name(path.name + "-wal"), *_shipped_locations()]
 
 
-# The database package cannot be imported without SQLAlchemy (a second): these two mirror
-# feinsum.database.engine.default_path and feinsum.database.shipped.shipped_files (a test
-# checks that they agree).
+# The database package cannot be imported without SQLAlchemy (a second), nor the recipes
+# without loading them: these three mirror feinsum.database.engine.default_path,
+# feinsum.database.shipped.shipped_files and feinsum.recipes.loading.default_directories
+# (tests/test_program_cache.py checks that they agree).
+
+
+def recipe_directories(recipe_path: Any = None) -> list[Path]:
+    """Where recipes are found: *recipe_path*, ``FEINSUM_RECIPE_PATH``, the checkout's and
+    the wheel's ``transforms/``."""
+    import feinsum
+
+    if recipe_path is None:
+        dirs = []
+    elif isinstance(recipe_path, (str, os.PathLike)):
+        dirs = [Path(recipe_path)]
+    else:
+        dirs = [Path(p) for p in recipe_path]
+    dirs += [Path(p) for p in os.environ.get("FEINSUM_RECIPE_PATH", "").split(os.pathsep)
+             if p]
+    pkg = Path(feinsum.__file__).resolve().parent
+    if (pkg.parents[1] / "pyproject.toml").is_file() and (pkg.parents[1] / "transforms").is_dir():
+        dirs.append(pkg.parents[1] / "transforms")
+    dirs.append(pkg / "_shipped" / "transforms")
+    return dirs
 
 
 def _default_database() -> Path:
