@@ -118,3 +118,35 @@ def test_scalar_only_compile(monkeypatch: pytest.MonkeyPatch) -> None:
                              params={"scheme": "vector", "vec": 4})
     with pytest.raises(RecipeFailure, match="cannot build"):
         forced(**arrays)
+
+
+@pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
+@pytest.mark.parametrize("name", ["complex128", "complex64"])
+def test_complex_einsums(cases: Any, name: str, lazy: bool) -> None:
+    """Complex operands through both contexts: transformed without vector types (OpenCL
+    has none for complex numbers), right against numpy."""
+    facts = cases.run_einsum(name, lazy)
+    assert facts["transformed"] == 1, facts["report"]
+    assert facts["vs_numpy"] <= (1e-12 if name == "complex128" else 2e-5), facts["report"]
+
+
+@pytest.mark.parametrize("lazy", [True, False], ids=["lazy", "eager"])
+@pytest.mark.parametrize("name", ["chain", "batched chain"])
+def test_long_operand_chains(cases: Any, name: str, lazy: bool) -> None:
+    """Five 16x16 operands: the chain is too little work to transform, the batched one's
+    default would unroll 16,384 statements: both are left as they are (the report says
+    why), right against numpy, and finish."""
+    facts = cases.run_einsum(name, lazy)
+    assert facts["transformed"] == 0 and facts["groups"] == 1, facts["report"]
+    why = "too little work" if name == "chain" else "code is too large"
+    assert why in facts["notes"][0], facts["report"]
+    assert facts["vs_numpy"] <= 1e-12, facts["report"]
+
+
+def test_frozen_programs_get_the_default_schedule_only(cases: Any) -> None:
+    """actx.freeze of an expression that was not compiled runs once: no einsum matched or
+    transformed, every statement scheduled, the right result."""
+    facts = cases.run_freeze()
+    assert facts["mode"] == "schedule" and facts["groups"] == 0, facts["report"]
+    assert facts["kernels"] == ["scheduled"], facts["report"]
+    assert facts["vs_numpy"] <= 1e-12

@@ -22,7 +22,7 @@ def mass_kernel(n: int = 35) -> Any:
     import loopy as lp
 
     return lp.make_kernel(
-        "{[e, i, j]: 0 <= e < nelements and 0 <= i, j < %d}" % n,
+        f"{{[e, i, j]: 0 <= e < nelements and 0 <= i, j < {n}}}",
         "mass[e, i] = sum(j, massm[i, j] * u[e, j])  {id=mass}",
         [lp.GlobalArg("massm,u,mass", np.float64, shape=lp.auto),
          lp.ValueArg("nelements", np.int32)],
@@ -199,7 +199,7 @@ def test_a_corrupt_entry_is_ignored_with_one_warning(store: Path, cl_device: Any
     a_new_process()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        new, rep = transform_program(mass_kernel(), device=cl_device, db=False)
+        _, rep = transform_program(mass_kernel(), device=cl_device, db=False)
         a_new_process()  # the entry was replaced: read without a warning now
         _, rep2 = transform_program(mass_kernel(), device=cl_device, db=False)
     mine = [w for w in caught if issubclass(w.category, CacheWarning)]
@@ -243,7 +243,7 @@ def test_a_damaged_file_is_one_warning_and_no_cache(tmp_path: Path,
         warnings.simplefilter("always")
         for _ in range(2):
             a_new_process()
-            new, rep = transform_program(mass_kernel(), device=cl_device, db=False)
+            _, rep = transform_program(mass_kernel(), device=cl_device, db=False)
     mine = [w for w in caught if issubclass(w.category, CacheWarning)]
     assert len(mine) == 1, [str(w.message) for w in mine]
     assert rep.transformed == 1

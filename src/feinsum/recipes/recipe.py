@@ -10,7 +10,6 @@ and the configuration, with the original error chained.
 from __future__ import annotations
 
 import functools
-
 import hashlib
 import inspect
 from collections.abc import Callable, Mapping
