@@ -43,10 +43,15 @@ def cases() -> Any:
     return arraycontext_cases
 
 
-def check_lazy(facts: dict[str, Any], expected_groups: int, tol: float) -> None:
+def check_lazy(facts: dict[str, Any], expected_groups: int, tol: float,
+               too_small: int = 0) -> None:
+    """*expected_groups* transformed, and *too_small* more groups left to the default
+    schedule for too little work (see ``feinsum/hook/payoff.py``)."""
     report = facts["report"]
-    assert facts["transformed"] == expected_groups == facts["groups"], report
-    assert all(a in ("default", "replayed") for a in facts["actions"]), report
+    assert facts["transformed"] == expected_groups == facts["groups"] - too_small, report
+    assert sorted(facts["actions"]) == sorted(
+        [a for a in facts["actions"] if a in ("default", "replayed")]
+        + ["skipped"] * too_small), report
     # the program is feinsum's whole: einsums transformed, every other statement scheduled
     assert facts["kernels"] == ["transformed" if expected_groups else "scheduled"], report
     assert facts["vs_plain"] <= tol, report  # the untransformed program's results
