@@ -91,13 +91,9 @@ def code_fingerprint(recipe_dirs: Sequence[Path]) -> str:
     from loopy.version import DATA_MODEL_VERSION
 
     h = hashlib.sha256(f"{feinsum.__version__}\0{DATA_MODEL_VERSION}\0".encode())
-    for root in [Path(feinsum.__file__).resolve().parent, *recipe_dirs]:
-        for path in sorted(_python_files(root)):
-            try:
-                st = path.stat()
-            except OSError:
-                continue
-            h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    for root in [os.path.dirname(os.path.abspath(feinsum.__file__)), *map(str, recipe_dirs)]:
+        for path, size, mtime in sorted(_python_files(root)):
+            h.update(f"{path}\0{size}\0{mtime}\n".encode())
     _FINGERPRINTS[key] = digest = h.hexdigest()
     return digest
 
@@ -107,13 +103,24 @@ def forget_fingerprints() -> None:
     _FINGERPRINTS.clear()
 
 
-def _python_files(root: Path) -> list[Path]:
-    if root.is_file():
-        return [root]
-    found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith((".", "__pycache__"))]
-        found.extend(Path(dirpath) / f for f in filenames if f.endswith(".py"))
+def _python_files(root: str) -> list[tuple[str, int, int]]:
+    """(path, size, time) of the Python files under *root* (or of *root*, a file)."""
+    found: list[tuple[str, int, int]] = []
+    try:
+        if os.path.isfile(root):
+            st = os.stat(root)
+            return [(root, st.st_size, st.st_mtime_ns)]
+        todo = [root]
+        while todo:
+            with os.scandir(todo.pop()) as it:
+                for entry in it:
+                    if entry.is_dir() and not entry.name.startswith((".", "__pycache__")):
+                        todo.append(entry.path)
+                    elif entry.name.endswith(".py"):
+                        st = entry.stat()
+                        found.append((entry.path, st.st_size, st.st_mtime_ns))
+    except OSError:  # a directory that went away: what was found so far
+        pass
     return found
 
 
