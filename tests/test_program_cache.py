@@ -350,6 +350,25 @@ def test_mirrors_agree_with_the_packages(monkeypatch: pytest.MonkeyPatch,
     assert recipe_directories(tmp_path / "x")[1:] == default_directories()
 
 
+def test_the_revision_read_without_sqlalchemy(tmp_path: Path, cl_device: Any) -> None:
+    from feinsum.database import open_database
+    from feinsum.devices.opencl import device_info
+    from feinsum.hook.store import sqlite_revision
+
+    path = tmp_path / "db.sqlite"
+    assert sqlite_revision(path) == -1
+    with open_database(path, include_shipped=False) as db:
+        assert sqlite_revision(path) == db.revision() == 0
+        import feinsum
+
+        e = feinsum.einsum("ij,j->i", feinsum.array("A", (40, 40)), feinsum.array("x", (40,)))
+        info = device_info(cl_device)
+        _record(db, info, e, {"anything": 1})
+        assert sqlite_revision(path) == db.revision() > 0
+    (tmp_path / "junk.sqlite").write_bytes(b"not a database" * 100)
+    assert sqlite_revision(tmp_path / "junk.sqlite") is None
+
+
 def test_cli_info_and_clear(store: Path, cl_device: Any,
                             capsys: pytest.CaptureFixture[str]) -> None:
     from feinsum.cli.main import main

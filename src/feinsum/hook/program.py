@@ -139,13 +139,12 @@ def _lookup(key: str, db: Any, info: DeviceInfo, recipe_path: Any
 def _still_valid(entry: Entry, db: Any, info: DeviceInfo, recipe_path: Any) -> Entry | None:
     """*entry*, refreshed if the database changed without changing any of its choices;
     None when a choice changed (see :mod:`feinsum.hook.store`)."""
-    from feinsum.hook.store import database_files, files_state
+    from feinsum.hook.store import database_state
 
     if db is False:
         return entry
-    files = database_files(db)
-    state = None if files is None else files_state(files)
-    if state is not None and state == entry.db_files:
+    state = database_state(db)
+    if state is not None and state == entry.db_state:
         return entry
     database = _database(db)
     if database is None:
@@ -160,7 +159,7 @@ def _still_valid(entry: Entry, db: Any, info: DeviceInfo, recipe_path: Any) -> E
             answer = database.best(e, info, recipe_versions=versions)
             if (None if answer.record is None else answer.record.uid) != uid:
                 return None
-    return replace(entry, db_files=state, db_revision=revision)
+    return replace(entry, db_state=state, db_revision=revision)
 
 
 # }}}
@@ -288,10 +287,9 @@ def _transform(t_unit: Any, device: Any, db: Any, opts: Options, recipe_path: An
                                          seconds=time.perf_counter() - t0,
                                          timings=clock.as_dict())
     with clock("setup"):
-        from feinsum.hook.store import database_files, files_state
+        from feinsum.hook.store import database_state
 
-        files = database_files(db)
-        state = None if files is None else files_state(files)
+        state = database_state(db)
         database = _database(db)
         revision = None if database is None else database.revision()
         from feinsum.hook.planning import Planner

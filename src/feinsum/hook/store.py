@@ -5,11 +5,12 @@ An entry is keyed by (:func:`entry_key`) the untransformed program (loopy's pers
 hash), the device's identity, the code that transforms (feinsum's version and a
 fingerprint of its source files and of every recipe file: an edited recipe or toolbox
 changes it) and the hook's options; it holds the transformed program, its report, and
-what decided it: the state of the timing database (the files' size and time, and its
-revision) and, per einsum looked up, the uid of the record chosen (None: a default). An
-entry is used when the database is unchanged, or, when it changed, when every einsum still
-gets the same record (:func:`feinsum.hook.program.transform_program` asks again): a new
-record that changes a choice invalidates exactly the programs it changes.
+what decided it: the state of the timing database (its revision, read without
+SQLAlchemy, and the shipped record files' size and time) and, per einsum looked up, the
+uid of the record chosen (None: a default). An entry is used when the database is
+unchanged, or, when it changed, when every einsum still gets the same record
+(:func:`feinsum.hook.program.transform_program` asks again): a new record that changes a
+choice invalidates exactly the programs it changes.
 
 The store is pytools' :class:`~pytools.persistent_dict.PersistentDict` (SQLite: atomic
 writes, one entry per key however many processes write it, safe for concurrent readers
@@ -49,8 +50,9 @@ class Entry:
 
     t_unit: Any
     report: Any
-    #: the database's files' state when the decisions were taken (None: not files)
-    db_files: tuple[tuple[str, int, int], ...] | None
+    #: the database's state when the decisions were taken (:func:`database_state`;
+    #: None: it has none)
+    db_state: tuple[Any, ...] | None
     #: its revision then (None: no database)
     db_revision: int | None
     #: per einsum looked up: (the einsum at its lengths, the chosen record's uid or None)
@@ -132,19 +134,41 @@ def entry_key(*parts: Any) -> str:
     return h.hexdigest()
 
 
-def database_files(db: Any) -> list[Path] | None:
-    """The files whose size and time change when the records of database *db* (a ``db=``
-    argument) change, without opening it: the SQLite file (and its write-ahead log) and
-    the shipped record files. None when that cannot be told so (a server, a
-    :class:`~feinsum.database.Database` object): the hook then asks its revision."""
+def database_state(db: Any) -> tuple[Any, ...] | None:
+    """What changes when the records of database *db* (a ``db=`` argument) change, read
+    without opening it through SQLAlchemy (a second's import): the revision of the SQLite
+    file (which every added or pruned record bumps; read with the standard library) and the
+    size and time of the shipped record files. None when that cannot be told so (a server,
+    a :class:`~feinsum.database.Database` object, a file that cannot be read so): the hook
+    then opens the database and asks its revision."""
     if db is False:
-        return []
+        return ()
     if db is None:
         db = os.environ.get("FEINSUM_DB") or _default_database()
     if not isinstance(db, (str, os.PathLike)) or "://" in str(db) or str(db) == ":memory:":
         return None
-    path = Path(db).expanduser().absolute()
-    return [path, path.with_name(path.name + "-wal"), *_shipped_locations()]
+    revision = sqlite_revision(Path(db).expanduser().absolute())
+    if revision is None:
+        return None
+    return (revision, files_state(_shipped_locations()))
+
+
+def sqlite_revision(path: Path) -> int | None:
+    """The revision of feinsum's SQLite database *path* (-1: there is no such file yet;
+    None: it cannot be read so). Mirrors ``feinsum.database.statements.REVISION``."""
+    import sqlite3
+
+    if not path.exists():
+        return -1
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=10)
+        try:
+            row = conn.execute("SELECT revision FROM feinsum_state WHERE id = 1").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    return 0 if row is None or row[0] is None else int(row[0])
 
 
 # The database package cannot be imported without SQLAlchemy (a second), nor the recipes
