@@ -93,22 +93,22 @@ class Planner:
     cannot build vector code, the device with vector widths of 1 (*vector_problem* says
     why)."""
 
-    def __init__(self, info: DeviceInfo, dev: Any, db: Database | None, opts: Options,
+    def __init__(self, info: DeviceInfo, dev: Any, db: Any, opts: Options,
                  recipe_path: Any, vector_problem: str | None = None,
                  clock: Clock | None = None, deadline: float | None = None) -> None:
-        from feinsum.recipes import recipes
-        from feinsum.timing.measurement import UNTRANSFORMED
-
-        self.info, self.dev, self.db, self.opts = info, dev, db, opts
-        self.vector_problem = vector_problem
         from feinsum.devices.opencl import scalar_view
 
+        self.info, self.dev, self.opts = info, dev, opts
+        self._db_arg, self._db_open = db, db is False
+        self._db: Database | None = None
+        #: the database's revision when it was opened (None: never opened)
+        self.revision: int | None = None
+        self.recipe_path = recipe_path
+        self.vector_problem = vector_problem
         self.recipe_device = info if vector_problem is None else scalar_view(info)
         self.scalar_device = scalar_view(info)
-        self.recipes: list[Recipe] = recipes(recipe_path)
-        self.by_name = {r.name: r for r in self.recipes}
+        self._recipes: list[Recipe] | None = None
         self._versions: Any = None
-        self.untransformed = UNTRANSFORMED
         self.tuned = False
         self.clock = Clock() if clock is None else clock
         #: time.perf_counter() after which groups are left to the default schedule
@@ -117,6 +117,33 @@ class Planner:
         self.decisions: list[tuple[BatchedEinsum, str | None]] = []
         #: per group (its statements): its flops (inf: not known before the call)
         self.work: dict[tuple[str, ...], float] = {}
+
+    # {{{ what is opened on first use (a program without einsums needs none of it)
+
+    @property
+    def db(self) -> Database | None:
+        """The database (None: none), opened on first use; its revision then is kept."""
+        if not self._db_open:
+            self._db_open = True
+            with self.clock("setup"):
+                from feinsum.database.resolve import optional_database
+
+                self._db = optional_database(self._db_arg)
+                self.revision = None if self._db is None else self._db.revision()
+        return self._db
+
+    @property
+    def recipes(self) -> list[Recipe]:
+        if self._recipes is None:
+            with self.clock("setup"):
+                from feinsum.recipes import recipes
+
+                self._recipes = recipes(self.recipe_path)
+        return self._recipes
+
+    @property
+    def by_name(self) -> dict[str, Recipe]:
+        return {r.name: r for r in self.recipes}
 
     @property
     def versions(self) -> Any:
@@ -128,6 +155,8 @@ class Planner:
 
             self._versions = CurrentRecipes(self.recipes)
         return self._versions
+
+    # }}}
 
     def best(self, e: BatchedEinsum) -> Answer:
         from feinsum.database import Answer
@@ -244,7 +273,9 @@ class Planner:
                 "recipe_version": rec.recipe_version, "params": dict(rec.params),
                 "expected_gflops": rec.gflops, "record_id": rec.uid,
                 "record_lengths": dict(rec.lengths)}
-            if rec.recipe_name == self.untransformed:
+            from feinsum.timing.measurement import UNTRANSFORMED
+
+            if rec.recipe_name == UNTRANSFORMED:
                 return Plan(None, replace(base, action="untransformed", note=_join(notes),
                                           **info))
             recipe = self.by_name.get(rec.recipe_name)

@@ -287,25 +287,25 @@ def _transform(t_unit: Any, device: Any, db: Any, opts: Options, recipe_path: An
                                          seconds=time.perf_counter() - t0,
                                          timings=clock.as_dict())
     with clock("setup"):
+        from feinsum.hook.planning import Planner
         from feinsum.hook.store import database_state
 
-        state = database_state(db)
-        database = _database(db)
-        revision = None if database is None else database.revision()
-        from feinsum.hook.planning import Planner
-
-        planner = Planner(info, dev, database, opts, recipe_path, vector_problem, clock)
+        state = database_state(db)  # before any decision: a record added meanwhile shows
+        planner = Planner(info, dev, db, opts, recipe_path, vector_problem, clock)
     new, report = _transformed(t_unit, planner, schedule_all, run_once)
     note = "" if vector_problem is None else (
         f"the device cannot build vector code ({vector_problem}): scalar code only")
+    opened = planner.db if planner.revision is not None else None
     report = replace(report, device=info.name,
-                     database=None if database is None else database.where,
+                     database=(opened.where if opened is not None
+                               else None if db is False else _database_name(db)),
                      note="; ".join(n for n in (note, report.note) if n))
     if cache:
         with clock("cache"):
             from feinsum.hook.store import open_cache, safely
 
-            entry = Entry(new, report, state, revision, tuple(planner.decisions), info)
+            entry = Entry(new, report, state, planner.revision, tuple(planner.decisions),
+                          info)
             _remember(key, entry)
             safely(open_cache(), "put", key, entry)
     return new, replace(report, seconds=time.perf_counter() - t0, timings=clock.as_dict())
