@@ -20,7 +20,8 @@ pytestmark = pytest.mark.skipif(
 CASES = {
     "arraycontext": (["bench_arraycontext.py", "--elements", "64", "--repeat", "1", "--only",
                       "DG step"], ["DG step", "vs untransformed"]),
-    "first_call": (["bench_first_call.py", "--elements", "64", "--only", "matmul"],
+    "first_call": (["bench_first_call.py", "--elements", "64", "--warm", "1", "--only",
+                    "matmul"],
                    ["matmul", "plain", "feinsum"]),
     "campaign": (["bench_campaign.py", "--jobs", "2", "--budget", "1", "--workers", "1",
                   "--repeat", "1"], ["jobs/min", "device held for timing"]),
