@@ -22,6 +22,9 @@ pytestmark = pytest.mark.skipif(
 CASES = {
     "arraycontext": (["bench_arraycontext.py", "--elements", "64", "--repeat", "1", "--only",
                       "DG step"], ["DG step", "vs untransformed"]),
+    "first_call": (["bench_first_call.py", "--elements", "64", "--warm", "1", "--only",
+                    "matmul"],
+                   ["matmul", "plain", "feinsum"]),
     "campaign": (["bench_campaign.py", "--jobs", "2", "--budget", "1", "--workers", "1",
                   "--repeat", "1"], ["jobs/min", "device held for timing"]),
     "einsum": (["bench_einsum.py", "--quick", "--configs", "1", "--no-untransformed",
@@ -40,7 +43,7 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_benchmark_script_runs(name: str, tmp_path: Path) -> None:
-    if name == "arraycontext":
+    if name in ("arraycontext", "first_call"):
         from test_arraycontext import require_arraycontext
 
         require_arraycontext()

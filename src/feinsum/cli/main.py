@@ -2,8 +2,9 @@
 
 Exit codes, the same for every command (docs/cli.rst): 0 found or did what was asked; 1
 found nothing (``match`` no einsum, ``query``/``list``/``report`` no record, ``best`` no
-record, only the default; ``devices`` no usable device) or a user error (one line on stderr;
-``--debug`` shows the traceback); 2 a usage error (argparse); 130 interrupted.
+record, only the default; ``devices`` no usable device; ``cache`` turned off) or a user
+error (one line on stderr; ``--debug`` shows the traceback); 2 a usage error (argparse);
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("cmd_report", "roofline plot and speed-up table for a device (PNG/SVG/HTML)"),
     "db": ("cmd_db", "database maintenance: upgrade, export, import, merge, prune, "
                      "revalidate, info"),
+    "cache": ("cmd_cache", "the hook's persistent cache of transformed programs: info, clear"),
 }
 
 

@@ -3,7 +3,7 @@
 When the hook transforms a program it owns the whole kernel: the einsums get their
 recipes, and every other unit of statements (consecutive statements with the same loops,
 see :mod:`feinsum.matching.assemble`) gets the schedule this module makes, so that no
-statement is left to run on one work-item:
+statement is left to run on one work-item. The policy (:func:`decide`):
 
 * on a CPU, the longest loop (the element loop of a DG program) is cut into as many
   chunks as keep every core busy several times over (``CHUNKS_PER_CORE`` a core; 256
@@ -16,23 +16,31 @@ statement is left to run on one work-item:
 
 Only loops whose iterations are independent are spread (every statement writes elements
 indexed by the loop, and reads what the unit writes only where it writes it); a unit with
-none stays sequential. Loops the unit shares with other statements are first duplicated
-for it, so that the schedule of one unit never changes another's.
+none stays sequential.
+
+The mechanism (:class:`DefaultSchedule`): each unit is described by its *shape* (its
+loops' lengths, which of them are independent, which one is contiguous), the policy is
+asked once per shape, and every unit's loops are then rewritten in one pass over the
+kernel (:func:`apply_plans`): a loop a unit spreads becomes loops of the unit's own (a
+copy of its domain, split or tagged), so the schedule of one unit never changes another's
+and no loopy transformation is run per unit over the whole kernel.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pymbolic.primitives as prim
+
+from feinsum.hook.report import Clock
 
 if TYPE_CHECKING:
     import loopy as lp
 
     from feinsum.devices.opencl import DeviceInfo
-    from feinsum.matching.assemble import Schedule
 
 #: Work-groups a CPU core gets (load balance against launch cost).
 CHUNKS_PER_CORE = 8
@@ -44,67 +52,242 @@ GPU_LANES = 64
 _LONG = 1 << 40
 
 
-def default_schedule(device: DeviceInfo) -> Schedule:
-    """``schedule(kernel, statement_ids) -> kernel`` for :func:`~feinsum.matching.assemble.
-    assemble` on *device*."""
-    def schedule(knl: lp.LoopKernel, insn_ids: frozenset[str]) -> lp.LoopKernel:
-        return schedule_unit(knl, insn_ids, device)
-
-    return schedule
+# {{{ the policy: what to do with a unit of a given shape
 
 
-def schedule_unit(knl: lp.LoopKernel, insn_ids: frozenset[str], device: DeviceInfo
-                  ) -> lp.LoopKernel:
-    """*knl* with the statements *insn_ids* (one loop nest) spread over work-groups (and
-    work-items on GPUs); unchanged when they run in no loop."""
-    import loopy as lp
+@dataclass(frozen=True)
+class UnitShape:
+    """What the policy sees of a unit: its loops (output order first, then by name) as
+    lengths (None: known only at run time), which are independent, and the position of
+    the one indexing the output's stride-1 axis (None: none)."""
 
-    insns = [knl.id_to_insn[i] for i in sorted(insn_ids)]
-    loops = set().union(*(set(i.within_inames) for i in insns))
-    if not loops:
-        return knl
-    knl = _own_loops(knl, insn_ids, loops)
-    insns = [knl.id_to_insn[i] for i in sorted(insn_ids)]
-    loops = set().union(*(set(i.within_inames) for i in insns))
-    extents = {i: _extent(knl, i) for i in loops}
-    if any(x is None for x in extents.values()):
-        return knl  # a loop that does not start at 0 or depends on another: leave it
-    loops = _independent(knl, insns, loops)
-    if not loops:
-        return knl  # every loop carries a dependence: the statements stay sequential
-    order = _output_order(insns, loops)
-    size = {i: (x if isinstance(x, int) else _LONG) for i, x in extents.items()}
+    lengths: tuple[int | None, ...]
+    independent: tuple[bool, ...]
+    contiguous: int | None
 
-    def longest(candidates: Iterable[str]) -> str | None:
+
+@dataclass(frozen=True)
+class LoopAction:
+    """Loop number ``loop`` of a shape: split by ``split`` (None: not split, only given
+    ``outer_tag``), the outer part tagged ``outer_tag``, the inner ``inner_tag``."""
+
+    loop: int
+    split: int | None
+    outer_tag: str | None
+    inner_tag: str | None = None
+
+
+def decide(shape: UnitShape, device: DeviceInfo) -> tuple[LoopAction, ...]:
+    """The default schedule of a unit of *shape* on *device* (see the module docstring)."""
+    size = [_LONG if n is None else n for n in shape.lengths]
+    free = [k for k, ok in enumerate(shape.independent) if ok]
+
+    def longest(candidates: Iterable[int]) -> int | None:
         cands = list(candidates)
-        if not cands:
-            return None
-        return max(cands, key=lambda i: (size[i], -order.index(i) if i in order else -99))
+        return max(cands, key=lambda k: (size[k], -k)) if cands else None
 
-    within = " or ".join(f"id:{i}" for i in sorted(insn_ids))
     if device.is_cpu:
-        outer = longest(loops)
+        outer = longest(free)
         if outer is None or size[outer] <= 1:
-            return knl
-        n = extents[outer]
-        chunk = (SYMBOLIC_CHUNK if not isinstance(n, int)
+            return ()
+        n = shape.lengths[outer]
+        chunk = (SYMBOLIC_CHUNK if n is None
                  else max(1, math.ceil(n / (CHUNKS_PER_CORE * max(1, device.compute_units)))))
-        if chunk == 1:
-            return lp.tag_inames(knl, {outer: "g.0"})
-        return lp.split_iname(knl, outer, chunk, outer_tag="g.0", within=within)
-    contiguous = _contiguous(knl, insns, loops)
+        return (LoopAction(outer, None if chunk == 1 else chunk, "g.0"),)
     lanes = min(GPU_LANES, device.max_work_group_size)
-    if contiguous is not None and size[contiguous] >= lanes:
-        knl = lp.split_iname(knl, contiguous, lanes, outer_tag="g.0", inner_tag="l.0",
-                             within=within)
-        other = longest(loops - {contiguous})
-        if other is not None and size[other] > 1:
-            knl = lp.tag_inames(knl, {other: "g.1"})
-        return knl
-    outer = longest(loops)
+    c = shape.contiguous
+    if c is not None and c in free and size[c] >= lanes:
+        other = longest(k for k in free if k != c)
+        return (LoopAction(c, lanes, "g.0", "l.0"),
+                *((LoopAction(other, None, "g.1"),) if other is not None and size[other] > 1
+                  else ()))
+    outer = longest(free)
     if outer is None or size[outer] <= 1:
+        return ()
+    return (LoopAction(outer, lanes, "g.0", "l.0"),)
+
+
+# }}}
+
+
+# {{{ the mechanism: shapes, plans, one pass
+
+
+@dataclass(frozen=True)
+class UnitPlan:
+    """What is done to one unit: its statements, and per loop it spreads (by name) the
+    action and the loop's domain (parameters and that loop only)."""
+
+    insn_ids: frozenset[str]
+    actions: tuple[tuple[str, LoopAction, Any], ...]
+
+
+class DefaultSchedule:
+    """The hook's default schedule on one device, for :func:`~feinsum.matching.assemble.
+    assemble`: :meth:`plan` per unit (the policy asked once per shape), :meth:`apply`
+    once per kernel. ``decided`` counts the shapes the policy was asked about."""
+
+    def __init__(self, device: DeviceInfo, clock: Clock | None = None) -> None:
+        self.device = device
+        self.clock = Clock() if clock is None else clock
+        self._decisions: dict[UnitShape, tuple[LoopAction, ...]] = {}
+
+    @property
+    def decided(self) -> int:
+        return len(self._decisions)
+
+    def plan(self, knl: lp.LoopKernel, insn_ids: frozenset[str],
+             memo: dict[str, Any] | None = None) -> UnitPlan | None:
+        """The plan for the statements *insn_ids* (one loop nest) of *knl*, or None when
+        they stay as they are (no loop, or none that can be spread). *memo*: the
+        loops' domains and lengths, shared by the units of one kernel."""
+        with self.clock("scheduling"):
+            return self._plan(knl, insn_ids, memo)
+
+    def _plan(self, knl: lp.LoopKernel, insn_ids: frozenset[str],
+              memo: dict[str, Any] | None) -> UnitPlan | None:
+        insns = [knl.id_to_insn[i] for i in sorted(insn_ids)]
+        loops = set().union(*(set(i.within_inames) for i in insns))
+        if not loops:
+            return None
+        memo = {} if memo is None else memo
+        for i in loops:
+            if i not in memo:
+                memo[i] = _domain_and_extent(knl, i)
+        if any(memo[i] is None for i in loops):
+            return None  # a loop that does not start at 0 or depends on another
+        free = _independent(knl, insns, loops)
+        order = _output_order(insns, loops)
+        contiguous = _contiguous(knl, insns, loops)
+        shape = UnitShape(
+            tuple(memo[i][1] if isinstance(memo[i][1], int) else None for i in order),
+            tuple(i in free for i in order),
+            None if contiguous is None else order.index(contiguous))
+        actions = self._decisions.get(shape)
+        if actions is None:
+            actions = self._decisions[shape] = decide(shape, self.device)
+        if not actions:
+            return None
+        return UnitPlan(insn_ids, tuple((order[a.loop], a, memo[order[a.loop]][0])
+                                        for a in actions))
+
+    def apply(self, knl: lp.LoopKernel, plans: Sequence[UnitPlan]) -> lp.LoopKernel:
+        with self.clock("scheduling"):
+            return apply_plans(knl, plans)
+
+
+def apply_plans(knl: lp.LoopKernel, plans: Sequence[UnitPlan]) -> lp.LoopKernel:
+    """*knl* with every plan carried out, in one pass: each loop a unit spreads is replaced,
+    in that unit's statements only, by loops of its own over a copy of its domain (split:
+    ``outer * split + inner``), tagged as the plan says; loops no statement uses any more
+    are removed."""
+    import islpy as isl
+    import loopy as lp
+    from loopy.symbolic import SubstitutionMapper
+    from pymbolic import var
+    from pymbolic.mapper.substitutor import make_subst_func
+
+    from feinsum.matching.assemble import fresh_name
+    from feinsum.matching.normalize import kernel_names
+
+    if not plans:
         return knl
-    return lp.split_iname(knl, outer, lanes, outer_tag="g.0", inner_tag="l.0", within=within)
+    taken = kernel_names(knl)
+    domains = list(knl.domains)
+    tags: dict[str, str] = {}
+    new_insns: dict[str, Any] = {}
+    replaced: set[str] = set()
+    for plan in plans:
+        subst: dict[str, Any] = {}
+        within: dict[str, set[str]] = {}
+        for old, action, dom in plan.actions:
+            if action.split is None:
+                new = fresh_name(old, taken)
+                domains.append(dom.set_dim_name(isl.dim_type.set, 0, new))
+                subst[old], within[old] = var(new), {new}
+                if action.outer_tag:
+                    tags[new] = action.outer_tag
+            else:
+                outer = fresh_name(f"{old}_outer", taken)
+                inner = fresh_name(f"{old}_inner", taken)
+                domains.append(_split_domain(dom, action.split, outer, inner))
+                subst[old] = var(outer) * action.split + var(inner)
+                within[old] = {outer, inner}
+                if action.outer_tag:
+                    tags[outer] = action.outer_tag
+                if action.inner_tag:
+                    tags[inner] = action.inner_tag
+            replaced.add(old)
+        mapper = SubstitutionMapper(make_subst_func(subst))
+        for insn_id in plan.insn_ids:
+            insn = new_insns.get(insn_id, knl.id_to_insn[insn_id])
+            names = set(insn.within_inames)
+            for old, new_names in within.items():
+                if old in names:
+                    names = (names - {old}) | new_names
+            new_insns[insn_id] = insn.with_transformed_expressions(mapper).copy(
+                within_inames=frozenset(names))
+    from loopy.kernel.data import Iname
+
+    inames = dict(knl.inames)
+    for dom in domains[len(knl.domains):]:
+        for k in range(dom.dim(isl.dim_type.set)):
+            name = str(dom.get_dim_name(isl.dim_type.set, k))
+            inames[name] = Iname(name, frozenset())
+    knl = knl.copy(domains=domains, inames=inames,
+                   instructions=[new_insns.get(i.id, i) for i in knl.instructions])
+    if tags:
+        knl = lp.tag_inames(knl, tags)
+    unused = {i for i in replaced
+              if not any(i in insn.within_inames or i in insn.reduction_inames()
+                         for insn in knl.instructions)}
+    if unused:
+        knl = lp.remove_unused_inames(knl, sorted(unused))
+        knl = knl.copy(loop_priority=frozenset(
+            p for p in knl.loop_priority if not unused & set(p)))
+    return knl
+
+
+def _split_domain(dom: Any, split: int, outer: str, inner: str) -> Any:
+    """``{[outer, inner]: 0 <= inner < split and outer*split + inner in dom}`` (*dom*: the
+    loop's domain, its parameters and the loop only)."""
+    import islpy as isl
+
+    old = dom.get_dim_name(isl.dim_type.set, 0)
+    s = dom.insert_dims(isl.dim_type.set, 1, 2)
+    s = s.set_dim_name(isl.dim_type.set, 1, outer).set_dim_name(isl.dim_type.set, 2, inner)
+    var = isl.affs_from_space(s.space)
+    s = s & var[inner].ge_set(var[0]) & var[inner].lt_set(var[0] + split)
+    s = s & var[old].eq_set(var[outer] * split + var[inner])
+    result = s.project_out(isl.dim_type.set, 0, 1)
+    if isinstance(result, isl.Set):
+        (result,) = result.coalesce().get_basic_sets()
+    return result
+
+
+def _domain_and_extent(knl: lp.LoopKernel, iname: str) -> tuple[Any, Any] | None:
+    """The domain of loop *iname* alone (over the kernel's parameters) and its length, if
+    it starts at 0 and its bounds involve no other loop."""
+    import islpy as isl
+
+    from feinsum.matching.split import loop_extent
+
+    extent = loop_extent(knl, iname)
+    if extent is None:
+        return None
+    dom = knl.get_inames_domain(frozenset([iname]))
+    dom = dom.project_out_except([iname], [isl.dim_type.set])
+    if isinstance(dom, isl.Set):
+        if dom.n_basic_set() != 1:
+            return None
+        dom = dom.get_basic_sets()[0]
+    return dom.remove_redundancies(), extent
+
+
+# }}}
+
+
+# {{{ what a unit's statements say
 
 
 def _independent(knl: lp.LoopKernel, insns: list[Any], loops: set[str]) -> set[str]:
@@ -141,26 +324,6 @@ def _independent(knl: lp.LoopKernel, insns: list[Any], loops: set[str]) -> set[s
     return ok
 
 
-def _own_loops(knl: lp.LoopKernel, insn_ids: frozenset[str], loops: set[str]) -> lp.LoopKernel:
-    """*knl* with every loop of *loops* that statements outside *insn_ids* also use
-    duplicated for *insn_ids*."""
-    import loopy as lp
-
-    shared = sorted(i for i in loops if any(
-        i in insn.within_inames or i in insn.reduction_inames()
-        for insn in knl.instructions if insn.id not in insn_ids))
-    if not shared:
-        return knl
-    within = " or ".join(f"id:{i}" for i in sorted(insn_ids))
-    return lp.duplicate_inames(knl, shared, within=within)  # type: ignore[no-any-return]
-
-
-def _extent(knl: lp.LoopKernel, iname: str) -> Any | None:
-    from feinsum.matching.split import loop_extent
-
-    return loop_extent(knl, iname)
-
-
 def _contiguous(knl: lp.LoopKernel, insns: list[Any], loops: set[str]) -> str | None:
     """The loop that indexes the stride-1 axis of the first statement's output."""
     for insn in insns:
@@ -190,7 +353,10 @@ def _output_order(insns: list[Any], loops: set[str]) -> list[str]:
             order = [i.name for i in assignee.index_tuple
                      if isinstance(i, prim.Variable) and i.name in loops]
             break
-    return order + sorted(loops - set(order))
+    return list(dict.fromkeys(order)) + sorted(loops - set(order))
+
+
+# }}}
 
 
 # vim: foldmethod=marker

@@ -14,7 +14,8 @@ the kernel a recipe made of its canonical form) and returns one kernel in which
   consecutive other statements with the same loops form one. A global barrier separates
   two units when either runs on hardware axes, so each runs as a device kernel with its
   own grid; *schedule* (if given) gives every unit of other statements a parallel
-  schedule of its own (the hook's default one, :mod:`feinsum.hook.schedule`).
+  schedule of its own (the hook's default one, :mod:`feinsum.hook.schedule`): planned
+  per unit, applied to the kernel in one pass.
 
 The result computes what the user's kernel did (up to the einsums' floating-point
 reassociation); a kernel that cannot be assembled so raises
@@ -25,9 +26,9 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pymbolic.primitives as prim
@@ -39,8 +40,16 @@ if TYPE_CHECKING:
 
     from feinsum.matching.model import Match
 
-#: ``schedule(kernel, statement_ids) -> kernel``: a parallel schedule for one unit.
-Schedule = Callable[[Any, frozenset[str]], Any]
+class Schedule(Protocol):
+    """A parallel schedule for the units of other statements: ``plan(kernel, statement_ids,
+    memo)`` for each unit (None: leave it; *memo* is shared by the units of one kernel),
+    then ``apply(kernel, plans)`` once."""
+
+    def plan(self, knl: Any, insn_ids: frozenset[str], memo: dict[str, Any]) -> Any | None:
+        ...
+
+    def apply(self, knl: Any, plans: Sequence[Any]) -> Any:
+        ...
 
 
 @dataclass(frozen=True)
@@ -474,10 +483,13 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
     knl = _combined(base, placed, args, list(new.values()))
     scheduled = 0
     if schedule is not None:
-        for (key, _), unit in zip(units, unit_ids, strict=True):
-            if key[0] == "rest" and key[1] and not has_hw_axes(knl, unit):
-                knl = schedule(knl, unit)
-                scheduled += 1
+        memo: dict[str, Any] = {}
+        plans = [schedule.plan(knl, unit, memo)
+                 for (key, _), unit in zip(units, unit_ids, strict=True)
+                 if key[0] == "rest" and key[1] and not has_hw_axes(knl, unit)]
+        plans = [p for p in plans if p is not None]
+        knl = schedule.apply(knl, plans)
+        scheduled = len(plans)
 
     # {{{ global barriers between units that need their own grids
 

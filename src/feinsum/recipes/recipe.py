@@ -9,6 +9,7 @@ and the configuration, with the original error chained.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 from collections.abc import Callable, Mapping
@@ -67,14 +68,24 @@ _NOT_CODEGEN = ("feinsum.recipes", "feinsum.errors", "feinsum.database", "feinsu
 
 
 def _feinsum_imports(path: Path) -> set[str]:
-    """feinsum modules a Python file imports anywhere (read with ast, never executed)."""
+    """feinsum modules a Python file imports anywhere (read with ast, never executed;
+    remembered per file, size and time: every recipe imports the same toolbox)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return set()
+    return set(_imports_of(path, st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=1024)
+def _imports_of(path: Path, size: int, mtime_ns: int) -> frozenset[str]:
     import ast
 
     names: set[str] = set()
     try:
         tree = ast.parse(path.read_text(), str(path))
     except (OSError, SyntaxError, ValueError):
-        return names
+        return frozenset()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names if a.name.startswith("feinsum."))
@@ -84,7 +95,7 @@ def _feinsum_imports(path: Path) -> set[str]:
             names.update(f"{node.module}.{a.name}" for a in node.names)
             if node.module != "feinsum":
                 names.add(node.module)
-    return {n for n in names if not n.startswith(_NOT_CODEGEN)}
+    return frozenset(n for n in names if not n.startswith(_NOT_CODEGEN))
 
 
 def code_dependencies(path: Path) -> dict[str, Path]:
