@@ -74,7 +74,8 @@ def test_real_device_gets_its_model_keeps_its_identity() -> None:
     got = with_model(real)
     assert got.key == real.key and got.registers_per_work_item == 255
     assert with_model(CPU) is CPU
-    unknown = dataclasses.replace(real, name="Some Future GPU")
+    # a GPU no model matches and whose driver reports no compute capability: unchanged
+    unknown = dataclasses.replace(real, name="Some Future GPU", compute_capability="")
     assert with_model(unknown) is unknown and unknown.default_work_items == 64
     # serialised without model fields, a device reads back as before they existed
     assert "subgroup_width" not in CPU.as_dict()

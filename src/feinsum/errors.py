@@ -68,6 +68,11 @@ class TuningError(FeinsumError):
     """The autotuner could not produce a record."""
 
 
+class PredictionError(FeinsumError):
+    """The performance model cannot predict a configuration (no model of the device, a
+    length missing, a kernel it cannot read)."""
+
+
 class MissingRecordError(DatabaseError):
     """The database holds no record for an einsum, and the caller asked for one
     (``transform_program(..., on_miss="error")``)."""
