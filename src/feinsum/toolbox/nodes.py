@@ -43,7 +43,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
 import loopy as lp
@@ -57,217 +56,31 @@ from feinsum.toolbox.core import kernel_of
 from feinsum.toolbox.dense import (
     Stage,
     element_index,
-    element_reason,
     finish_element_kernel,
-    operand_key,
     rewritten_kernel,
     row_specific,
     stage_indices,
     subscript,
 )
+from feinsum.toolbox.node_plan import (
+    NodeLayout,
+    access,
+    chunks,
+    fetch_dims,
+    flat,
+    kept_private,
+    length,
+    node_reason,
+    operator_entries,
+    owners,
+    private_indices,
+    slots,
+    stage_lane,
+    stage_of,
+)
 
 #: Copy loops of at most this many rounds are unrolled (the loads then overlap).
 UNROLLED_COPY_ROUNDS = 16
-
-
-@dataclass(frozen=True)
-class NodeLayout:
-    """How :func:`node_kernel` maps an element-batched einsum onto a GPU."""
-
-    #: work-items along ``l.0``: each stage's lane index in chunks of this many
-    lanes: int
-    #: element rows along ``l.1``
-    rows: int
-    #: elements per work-item (a register tile along the element index)
-    elements: int
-    #: rows (fields) of a batch sharing every loop
-    rows_per_pass: int = 1
-    #: each work-item keeps its entries of the staged operators in registers
-    registers: bool = False
-    #: work-groups launched, each looping over blocks (0: one block per work-group)
-    groups: int = 0
-
-    @property
-    def block(self) -> int:
-        """Elements per block (per work-group and loop trip)."""
-        return self.rows * self.elements
-
-    @property
-    def work_items(self) -> int:
-        return self.lanes * self.rows
-
-
-# {{{ the plan: lane indices, access modes, sizes
-
-
-def length(e: BatchedEinsum, i: str) -> int:
-    return int(e.lengths[i])
-
-
-def chunks(n: int, lanes: int) -> int:
-    """Chunks of *lanes* entries covering an index of length *n*."""
-    return -(-n // lanes)
-
-
-def stage_lane(e: BatchedEinsum, stages: Sequence[Stage], s: int) -> str:
-    """The lane index of stage *s*: the output's last index if the stage keeps it, else
-    its longest output index (the last of equals)."""
-    a = e.out_indices[-1]
-    if a in stages[s].out:
-        return a
-    return max(reversed(stages[s].out), key=lambda i: length(e, i))
-
-
-def kept_private(e: BatchedEinsum, stages: Sequence[Stage], s: int) -> bool:
-    """Whether stage *s*'s result stays in registers (the next stage has the same lane
-    index) rather than going to local memory."""
-    return s < len(stages) - 1 and stage_lane(e, stages, s) == stage_lane(e, stages, s + 1)
-
-
-def stage_of(stages: Sequence[Stage], c: int) -> int:
-    """The stage that reads operand column *c*."""
-    return next(s for s, st in enumerate(stages) if c in st.inputs)
-
-
-def access(e: BatchedEinsum, stages: Sequence[Stage], c: int, registers: bool) -> str:
-    """How the stage reading operand *c* gets it: ``"lanes"`` (an element operand with the
-    lane index, from global memory), ``"staged"`` (an element operand without it, staged
-    per block), ``"local"``/``"registers"`` (an operator staged per group, read from local
-    memory or kept in registers), ``"global"`` (a scalar operator)."""
-    idx = e.in_indices[c]
-    lane = stage_lane(e, stages, stage_of(stages, c))
-    if element_index(e) in idx:
-        return "lanes" if lane in idx else "staged"
-    if not idx:
-        return "global"
-    return "registers" if registers and lane in idx else "local"
-
-
-def _c_strides(e: BatchedEinsum, idx: Sequence[str]) -> list[int]:
-    n = [length(e, i) for i in idx]
-    return [math.prod(n[k + 1:]) for k in range(len(n))]
-
-
-def flat(e: BatchedEinsum, idx: Sequence[str], values: dict[str, Any]) -> Any:
-    """The C-order flat offset of *values* (by index) in an array of the indices *idx*."""
-    terms = [values[i] * st if st != 1 else values[i]
-             for i, st in zip(idx, _c_strides(e, idx), strict=True)]
-    return prim.Sum(tuple(terms)) if len(terms) > 1 else terms[0] if terms else 0
-
-
-def operator_entries(e: BatchedEinsum, stages: Sequence[Stage], c: int, lanes: int) -> int:
-    """Local entries of staged operator *c*: its entries and the padding a partial last
-    chunk of its stage's lane index reads past them."""
-    idx = e.in_indices[c]
-    n = math.prod(length(e, i) for i in idx)
-    lane = stage_lane(e, stages, stage_of(stages, c))
-    if lane not in idx:
-        return n
-    over = chunks(length(e, lane), lanes) * lanes - length(e, lane)
-    return n + over * _c_strides(e, idx)[idx.index(lane)]
-
-
-def _element_entries(e: BatchedEinsum, c: int) -> int:
-    """Entries of element operand *c* per element."""
-    return math.prod(length(e, i) for i in e.in_indices[c] if i != element_index(e))
-
-
-def owners(e: BatchedEinsum) -> dict[tuple[int, int], int]:
-    """``(row, column)`` -> the first row reading the same array(s) in that column (rows
-    sharing an operand share its staged copy)."""
-    out: dict[tuple[int, int], int] = {}
-    for c in range(e.noperands):
-        first: dict[tuple[str, ...], int] = {}
-        for r in range(e.nrows):
-            names = tuple(cast(Array, f).name for f in e.arguments[r][c])
-            out[r, c] = first.setdefault(names, r)
-    return out
-
-
-def slots(e: BatchedEinsum, layout: NodeLayout) -> int:
-    """Rows of one pass (what per-row local buffers are reused for, pass after pass)."""
-    return min(layout.rows_per_pass, e.nrows)
-
-
-def local_entries(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> int:
-    """Local-memory entries of :func:`node_kernel`: the staged operators, the staged
-    element operands of a pass and the stage results kept in local memory."""
-    total = 0
-    for (r, c), owner in owners(e).items():
-        mode = access(e, stages, c, layout.registers)
-        if owner == r and mode in ("local", "registers"):
-            total += operator_entries(e, stages, c, layout.lanes)
-    for c in range(e.noperands):
-        if access(e, stages, c, layout.registers) == "staged":
-            n = slots(e, layout) if c in row_specific(e) else 1
-            total += _element_entries(e, c) * layout.block * n
-    for s, st in enumerate(stages[:-1]):
-        if not kept_private(e, stages, s):
-            total += math.prod(length(e, i) for i in st.out) * layout.block * slots(e, layout)
-    return total
-
-
-def accumulators(e: BatchedEinsum, stages: Sequence[Stage], s: int, layout: NodeLayout
-                 ) -> int:
-    """Accumulators of stage *s* per work-item and pass."""
-    st = stages[s]
-    lane = stage_lane(e, stages, s)
-    others = math.prod(length(e, i) for i in st.out if i != lane)
-    return (min(layout.rows_per_pass, e.nrows) * layout.elements
-            * chunks(length(e, lane), layout.lanes) * others)
-
-
-def register_values(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> int:
-    """Values a work-item keeps in registers at once: the most of any stage's accumulators
-    (with the previous stage's result kept in registers), and the operator entries of
-    ``registers``."""
-    most = 0
-    for s in range(len(stages)):
-        live = accumulators(e, stages, s, layout)
-        if s and kept_private(e, stages, s - 1):
-            live += accumulators(e, stages, s - 1, layout)
-        most = max(most, live)
-    for (r, c), owner in owners(e).items():
-        if owner == r and access(e, stages, c, layout.registers) == "registers":
-            lane = stage_lane(e, stages, stage_of(stages, c))
-            n = math.prod(length(e, i) for i in e.in_indices[c] if i != lane)
-            most += n * chunks(length(e, lane), layout.lanes)
-    return most
-
-
-def multiply_adds(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> int:
-    """Multiply-add statements of one block, unrolled (the code size)."""
-    total = 0
-    for s in range(len(stages)):
-        red = [i for i in stage_indices(e, stages, s) if i not in stages[s].out]
-        passes = chunks(e.nrows, layout.rows_per_pass)
-        total += accumulators(e, stages, s, layout) * passes * math.prod(
-            length(e, i) for i in red)
-    return total
-
-
-def node_reason(e: BatchedEinsum, stages: Sequence[Stage] | None = None) -> str | None:
-    """``None`` if :func:`node_kernel` can run *e* (with the plan *stages*, if given),
-    else why not."""
-    why = element_reason(e)
-    if why is not None:
-        return why
-    el, a = element_index(e), e.out_indices[-1]
-    if a == el:
-        return f"the output's last index {a} is the element index (no node index)"
-    for _, c, f in e.factors():
-        if cast(Array, f).order != "C" and cast(Array, f).ndim > 1:
-            return (f"operand {c} (array {cast(Array, f).name}) is not a C-order array: "
-                    "blocks are copied by flat offsets")
-    if stages is not None:
-        for s, st in enumerate(stages):
-            if not st.out:
-                return f"stage {s} has no output index besides the element (choose another plan)"
-    return None
-
-
-# }}}
-
 
 def flat_copy(name: str, rule: str, idx: Sequence[str], first: dict[str, Any], count: int,
               layout: NodeLayout, within: set[str], bounds: dict[str, int], id: str,
@@ -290,40 +103,6 @@ def flat_copy(name: str, rule: str, idx: Sequence[str], first: dict[str, Any], c
     return lp.Assignment(subscript(name, base + f), prim.Variable(rule)(*args), id=id,
                          predicates=frozenset(conds),
                          within_inames=frozenset({*within, f"k_{id}"}))
-
-
-def private_indices(e: BatchedEinsum, stages: Sequence[Stage], s: int, registers: bool
-                    ) -> set[str]:
-    """The reduction indices of stage *s* that index private arrays (operator entries in
-    registers, the previous stage's result kept in registers): their loops are unrolled."""
-    out: set[str] = set()
-    lane = stage_lane(e, stages, s)
-    for col in stages[s].inputs:
-        if col == "w" and kept_private(e, stages, s - 1):
-            out |= set(stages[s - 1].out) - {lane}
-        elif col != "w" and access(e, stages, int(col), registers) == "registers":
-            out |= set(e.in_indices[int(col)]) - {lane}
-    return out - set(stages[s].out)
-
-
-def fetch_dims(e: BatchedEinsum, stages: Sequence[Stage], s: int, col: int | str,
-               registers: bool) -> tuple[str, ...] | None:
-    """What input *col* of stage *s* varies with among a work-item's accumulators
-    (``"n"``: its elements, ``"t"``: the chunks of the lane index, the other output
-    indices): it is loaded into registers once per reduction point with these dimensions.
-    ``None``: read where it is used (already in registers, or a scalar)."""
-    st, lane = stages[s], stage_lane(e, stages, s)
-    others = [i for i in st.out if i != lane]
-    if col == "w":
-        if kept_private(e, stages, s - 1):
-            return None
-        return ("n", *(i for i in others if i in stages[s - 1].out))
-    idx = e.in_indices[int(col)]
-    mode = access(e, stages, int(col), registers)
-    if mode in ("registers", "global"):
-        return None
-    own = (("n",) if element_index(e) in idx else ()) + (("t",) if lane in idx else ())
-    return (*own, *(i for i in others if i in idx))
 
 
 def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[Stage],
@@ -421,7 +200,7 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
                 _result_temps(e, stages, layout, s, p, rows, temp)
             needs = {*pre_ids, *(i.id for i in copies)} | (
                 {f"fin_p{p}_s{s - 1}_*"} if s else set())
-            partial = {prim.Comparison(vals[lane], "<", nb)} if T * L0 > nb else set()
+            partial = {prim.Comparison(vals[lane], "<", nb)} if nb < T * L0 else set()
             dims = {"n": n, "t": t, **oth}
             fetched: dict[str, str] = {}
             for r in rows:
@@ -459,14 +238,11 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
                 dest, guards = _destination(e, stages, layout, s, r, vals, n, t, partial, E)
                 # init and fin loop over their own copies of the accumulator loops (loopy
                 # nests loops as a tree: the fetches sit between the reduction and these)
-                ren = {i: prim.Variable(f"{i}_{{}}") for i in inner}
-                for role in ("init", "fin"):
-                    for i in inner:
-                        bounds[f"{i}_{role}"], tags[f"{i}_{role}"] = bounds[i], "unr"
+                for role, i in itertools.product(("init", "fin"), inner):
+                    bounds[f"{i}_{role}"], tags[f"{i}_{role}"] = bounds[i], "unr"
 
-                def moved(x: Any, role: str) -> Any:
-                    return substitute(x, {i: prim.Variable(v.name.format(role))
-                                          for i, v in ren.items()})
+                def moved(x: Any, role: str, inner: set[str] = inner) -> Any:
+                    return substitute(x, {i: prim.Variable(f"{i}_{role}") for i in inner})
 
                 insns += [
                     lp.Assignment(moved(cell, "init"), e.value_dtype(r).type(0),

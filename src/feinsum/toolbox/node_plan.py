@@ -1,0 +1,439 @@
+"""The plan of :mod:`feinsum.toolbox.nodes` (the GPU layout of element-batched operators):
+each stage's lane index, how each operand is read, the sizes a layout takes (local memory,
+registers, unrolled statements) and the estimate by which a recipe picks its default layout
+for a device (:func:`layout_cost`, :func:`best_layout`)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import pymbolic.primitives as prim
+
+from feinsum.devices.info import GENERIC_GPU
+from feinsum.spec.model import Array, BatchedEinsum
+from feinsum.toolbox.dense import (
+    Stage,
+    element_index,
+    element_reason,
+    element_stages,
+    plans,
+    row_specific,
+    stage_indices,
+)
+
+#: 32-bit registers every work-item needs besides the values it keeps (indices, addresses).
+BASE_REGISTERS = 24
+#: Unrolled multiply-add statements of a block at most (code size, compile time).
+MAX_UNROLLED = 4096
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """How :func:`feinsum.toolbox.nodes.node_kernel` maps an element-batched einsum onto a
+    GPU."""
+
+    #: work-items along ``l.0``: each stage's lane index in chunks of this many
+    lanes: int
+    #: element rows along ``l.1``
+    rows: int
+    #: elements per work-item (a register tile along the element index)
+    elements: int
+    #: rows (fields) of a batch sharing every loop
+    rows_per_pass: int = 1
+    #: each work-item keeps its entries of the staged operators in registers
+    registers: bool = False
+    #: work-groups launched, each looping over blocks (0: one block per work-group)
+    groups: int = 0
+
+    @property
+    def block(self) -> int:
+        """Elements per block (per work-group and loop trip)."""
+        return self.rows * self.elements
+
+    @property
+    def work_items(self) -> int:
+        return self.lanes * self.rows
+
+
+# {{{ the plan: lane indices, access modes, sizes
+
+
+def length(e: BatchedEinsum, i: str) -> int:
+    return int(e.lengths[i])
+
+
+def chunks(n: int, lanes: int) -> int:
+    """Chunks of *lanes* entries covering an index of length *n*."""
+    return -(-n // lanes)
+
+
+def stage_lane(e: BatchedEinsum, stages: Sequence[Stage], s: int) -> str:
+    """The lane index of stage *s*: the output's last index if the stage keeps it, else
+    its longest output index (the last of equals)."""
+    a = e.out_indices[-1]
+    if a in stages[s].out:
+        return a
+    return max(reversed(stages[s].out), key=lambda i: length(e, i))
+
+
+def kept_private(e: BatchedEinsum, stages: Sequence[Stage], s: int) -> bool:
+    """Whether stage *s*'s result stays in registers (the next stage has the same lane
+    index) rather than going to local memory."""
+    return s < len(stages) - 1 and stage_lane(e, stages, s) == stage_lane(e, stages, s + 1)
+
+
+def stage_of(stages: Sequence[Stage], c: int) -> int:
+    """The stage that reads operand column *c*."""
+    return next(s for s, st in enumerate(stages) if c in st.inputs)
+
+
+def access(e: BatchedEinsum, stages: Sequence[Stage], c: int, registers: bool) -> str:
+    """How the stage reading operand *c* gets it: ``"lanes"`` (an element operand with the
+    lane index, from global memory), ``"staged"`` (an element operand without it, staged
+    per block), ``"local"``/``"registers"`` (an operator staged per group, read from local
+    memory or kept in registers), ``"global"`` (a scalar operator)."""
+    idx = e.in_indices[c]
+    lane = stage_lane(e, stages, stage_of(stages, c))
+    if element_index(e) in idx:
+        return "lanes" if lane in idx else "staged"
+    if not idx:
+        return "global"
+    return "registers" if registers and lane in idx else "local"
+
+
+def _c_strides(e: BatchedEinsum, idx: Sequence[str]) -> list[int]:
+    n = [length(e, i) for i in idx]
+    return [math.prod(n[k + 1:]) for k in range(len(n))]
+
+
+def flat(e: BatchedEinsum, idx: Sequence[str], values: dict[str, Any]) -> Any:
+    """The C-order flat offset of *values* (by index) in an array of the indices *idx*."""
+    terms = [values[i] * st if st != 1 else values[i]
+             for i, st in zip(idx, _c_strides(e, idx), strict=True)]
+    return prim.Sum(tuple(terms)) if len(terms) > 1 else terms[0] if terms else 0
+
+
+def operator_entries(e: BatchedEinsum, stages: Sequence[Stage], c: int, lanes: int) -> int:
+    """Local entries of staged operator *c*: its entries and the padding a partial last
+    chunk of its stage's lane index reads past them."""
+    idx = e.in_indices[c]
+    n = math.prod(length(e, i) for i in idx)
+    lane = stage_lane(e, stages, stage_of(stages, c))
+    if lane not in idx:
+        return n
+    over = chunks(length(e, lane), lanes) * lanes - length(e, lane)
+    return n + over * _c_strides(e, idx)[idx.index(lane)]
+
+
+def _element_entries(e: BatchedEinsum, c: int) -> int:
+    """Entries of element operand *c* per element."""
+    return math.prod(length(e, i) for i in e.in_indices[c] if i != element_index(e))
+
+
+def owners(e: BatchedEinsum) -> dict[tuple[int, int], int]:
+    """``(row, column)`` -> the first row reading the same array(s) in that column (rows
+    sharing an operand share its staged copy)."""
+    out: dict[tuple[int, int], int] = {}
+    for c in range(e.noperands):
+        first: dict[tuple[str, ...], int] = {}
+        for r in range(e.nrows):
+            names = tuple(cast(Array, f).name for f in e.arguments[r][c])
+            out[r, c] = first.setdefault(names, r)
+    return out
+
+
+def slots(e: BatchedEinsum, layout: NodeLayout) -> int:
+    """Rows of one pass (what per-row local buffers are reused for, pass after pass)."""
+    return min(layout.rows_per_pass, e.nrows)
+
+
+def local_entries(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> int:
+    """Local-memory entries of the kernel: the staged operators, the staged
+    element operands of a pass and the stage results kept in local memory."""
+    total = 0
+    for (r, c), owner in owners(e).items():
+        mode = access(e, stages, c, layout.registers)
+        if owner == r and mode in ("local", "registers"):
+            total += operator_entries(e, stages, c, layout.lanes)
+    for c in range(e.noperands):
+        if access(e, stages, c, layout.registers) == "staged":
+            n = slots(e, layout) if c in row_specific(e) else 1
+            total += _element_entries(e, c) * layout.block * n
+    for s, st in enumerate(stages[:-1]):
+        if not kept_private(e, stages, s):
+            total += math.prod(length(e, i) for i in st.out) * layout.block * slots(e, layout)
+    return total
+
+
+def accumulators(e: BatchedEinsum, stages: Sequence[Stage], s: int, layout: NodeLayout
+                 ) -> int:
+    """Accumulators of stage *s* per work-item and pass."""
+    st = stages[s]
+    lane = stage_lane(e, stages, s)
+    others = math.prod(length(e, i) for i in st.out if i != lane)
+    return (min(layout.rows_per_pass, e.nrows) * layout.elements
+            * chunks(length(e, lane), layout.lanes) * others)
+
+
+def register_values(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> int:
+    """Values a work-item keeps in registers at once: the most of any stage's accumulators
+    (with the previous stage's result kept in registers), and the operator entries of
+    ``registers``."""
+    most = 0
+    for s in range(len(stages)):
+        live = accumulators(e, stages, s, layout)
+        if s and kept_private(e, stages, s - 1):
+            live += accumulators(e, stages, s - 1, layout)
+        most = max(most, live)
+    for (r, c), owner in owners(e).items():
+        if owner == r and access(e, stages, c, layout.registers) == "registers":
+            lane = stage_lane(e, stages, stage_of(stages, c))
+            n = math.prod(length(e, i) for i in e.in_indices[c] if i != lane)
+            most += n * chunks(length(e, lane), layout.lanes)
+    return most
+
+
+def unrolled_statements(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> int:
+    """Multiply-add statements of one block once the accumulator loops and the reduction
+    loops that index registers are unrolled (the code size)."""
+    total = 0
+    passes = chunks(e.nrows, layout.rows_per_pass)
+    for s in range(len(stages)):
+        unrolled = private_indices(e, stages, s, layout.registers)
+        total += accumulators(e, stages, s, layout) * passes * math.prod(
+            length(e, i) for i in unrolled)
+    return total
+
+
+def fetched_values(e: BatchedEinsum, stages: Sequence[Stage], s: int, layout: NodeLayout
+                   ) -> int:
+    """Values a work-item loads per reduction point of stage *s* (for one pass)."""
+    total = 0
+    for col in stages[s].inputs:
+        dims = fetch_dims(e, stages, s, col, layout.registers)
+        if dims is None:
+            continue
+        sizes = {"n": layout.elements,
+                 "t": chunks(length(e, stage_lane(e, stages, s)), layout.lanes)}
+        copies = slots(e, layout) if col == "w" or int(col) in row_specific(e) else 1
+        total += math.prod(sizes.get(d) or length(e, d) for d in dims) * copies
+    return total
+
+
+def registers(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> int:
+    """An estimate of the 32-bit registers a work-item takes: the values it keeps
+    (:func:`register_values`) and loads per reduction point, and :data:`BASE_REGISTERS`."""
+    words = -(-max(e.value_dtype(r).itemsize for r in range(e.nrows)) // 4)
+    fetch = max(fetched_values(e, stages, s, layout) for s in range(len(stages)))
+    return BASE_REGISTERS + words * (register_values(e, stages, layout) + fetch)
+
+
+def node_reason(e: BatchedEinsum, stages: Sequence[Stage] | None = None) -> str | None:
+    """``None`` if :func:`feinsum.toolbox.nodes.node_kernel` can run *e* (with the plan
+    *stages*, if given), else why not."""
+    why = element_reason(e)
+    if why is not None:
+        return why
+    el, a = element_index(e), e.out_indices[-1]
+    if a == el:
+        return f"the output's last index {a} is the element index (no node index)"
+    for _, c, f in e.factors():
+        if cast(Array, f).order != "C" and cast(Array, f).ndim > 1:
+            return (f"operand {c} (array {cast(Array, f).name}) is not a C-order array: "
+                    "blocks are copied by flat offsets")
+    if stages is not None:
+        for s, st in enumerate(stages):
+            if not st.out:
+                return f"stage {s} has no output index besides the element (choose another plan)"
+    return None
+
+
+# }}}
+
+
+def private_indices(e: BatchedEinsum, stages: Sequence[Stage], s: int, registers: bool
+                    ) -> set[str]:
+    """The reduction indices of stage *s* that index private arrays (operator entries in
+    registers, the previous stage's result kept in registers): their loops are unrolled."""
+    out: set[str] = set()
+    lane = stage_lane(e, stages, s)
+    for col in stages[s].inputs:
+        if col == "w" and kept_private(e, stages, s - 1):
+            out |= set(stages[s - 1].out) - {lane}
+        elif col != "w" and access(e, stages, int(col), registers) == "registers":
+            out |= set(e.in_indices[int(col)]) - {lane}
+    return out - set(stages[s].out)
+
+
+def fetch_dims(e: BatchedEinsum, stages: Sequence[Stage], s: int, col: int | str,
+               registers: bool) -> tuple[str, ...] | None:
+    """What input *col* of stage *s* varies with among a work-item's accumulators
+    (``"n"``: its elements, ``"t"``: the chunks of the lane index, the other output
+    indices): it is loaded into registers once per reduction point with these dimensions.
+    ``None``: read where it is used (already in registers, or a scalar)."""
+    st, lane = stages[s], stage_lane(e, stages, s)
+    others = [i for i in st.out if i != lane]
+    if col == "w":
+        if kept_private(e, stages, s - 1):
+            return None
+        return ("n", *(i for i in others if i in stages[s - 1].out))
+    idx = e.in_indices[int(col)]
+    mode = access(e, stages, int(col), registers)
+    if mode in ("registers", "global"):
+        return None
+    own = (("n",) if element_index(e) in idx else ()) + (("t",) if lane in idx else ())
+    return (*own, *(i for i in others if i in idx))
+
+
+
+
+# {{{ the default: an estimate of a layout's time per element
+
+
+#: fp32 lanes a compute unit issues per clock (NVIDIA's SM, AMD's CU with packed fp32):
+#: what :func:`layout_cost` divides multiply-adds by (fp64: times the device's fp64 rate).
+FP32_LANES = 128
+#: Subgroups a compute unit needs resident to hide memory latencies (:func:`layout_cost`).
+LATENCY_SUBGROUPS = 8
+
+
+def lane_options(e: BatchedEinsum) -> list[int]:
+    """Work-items along ``l.0`` a layout may take: the divisors of the output's last index
+    length (no idle lanes) and the powers of two below it (whole subgroups)."""
+    n = length(e, e.out_indices[-1])
+    return sorted({d for d in range(1, n + 1) if n % d == 0}
+                  | {2 ** k for k in range(8) if 2 ** k < n})
+
+
+def _subgroup(device: Any) -> int:
+    return int(device.subgroup_width or GENERIC_GPU["subgroup_width"])
+
+
+def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, device: Any
+                ) -> float:
+    """An estimate of a layout's time per element on *device*, in compute-unit clocks:
+    the most of its L1/local-memory wavefronts (a wavefront moves one 32-bit word per lane
+    of a subgroup; a subgroup's access to ``d`` distinct values of one row takes
+    ``d*itemsize / wavefront`` of them, rounded up, once per element row it spans) and
+    its multiply-add issue (:data:`FP32_LANES`), stretched when fewer than
+    :data:`LATENCY_SUBGROUPS` subgroups fit a compute unit (registers, local memory)."""
+    sg, isz = _subgroup(device), max(e.value_dtype(r).itemsize for r in range(e.nrows))
+    L0, B = layout.lanes, layout.block
+    warps = -(-layout.work_items // sg)
+    spans = min(layout.rows, max(1, sg // L0))  # element rows one subgroup access spans
+
+    def waves(distinct: int, rows: int = 1) -> float:
+        return rows * max(1, -(-distinct * isz // (sg * 4)))
+
+    lsu = fma = 0.0  # per work-item and block, then per element
+    passes = chunks(e.nrows, layout.rows_per_pass)
+    for s, st in enumerate(stages):
+        lane = stage_lane(e, stages, s)
+        points = math.prod(length(e, i) for i in stage_indices(e, stages, s)
+                           if i not in st.out)
+        acc = accumulators(e, stages, s, layout) * passes
+        fma += acc * points
+        for col in st.inputs:
+            dims = fetch_dims(e, stages, s, col, layout.registers)
+            if dims is None:
+                continue
+            sizes = {"n": layout.elements, "t": chunks(length(e, lane), L0)}
+            count = math.prod(sizes.get(d) or length(e, d) for d in dims)
+            copies = slots(e, layout) if col == "w" or int(col) in row_specific(e) else 1
+            lsu += points * passes * count * copies * waves(
+                min(L0, sg) if "t" in dims else 1, spans if "n" in dims else 1)
+        if s == len(stages) - 1 or not kept_private(e, stages, s):  # stores
+            lsu += acc * waves(min(L0, sg), spans)
+    lsu *= warps / B
+    # the block's copies into local memory: a global read and a local store per value
+    el = element_index(e)
+    staged = sum(math.prod(length(e, i) for i in e.in_indices[c] if i != el)
+                 * (e.nrows if c in row_specific(e) else 1) for c in range(e.noperands)
+                 if access(e, stages, c, layout.registers) == "staged")
+    operators = sum(operator_entries(e, stages, c, L0) for (r, c), o in owners(e).items()
+                    if o == r and access(e, stages, c, layout.registers) in ("local",
+                                                                           "registers"))
+    lsu += 2 * waves(sg) / sg * (staged + (0 if layout.groups else operators / B))
+    fp_rate = FP32_LANES / sg * (device.fp64_rate if isz == 8 and device.fp64_rate else 1.0)
+    fma = fma * warps / B / fp_rate
+    # occupancy: subgroups resident per compute unit
+    regs = registers(e, stages, layout) * warps * sg
+    by_regs = int(device.registers_per_compute_unit
+                  or GENERIC_GPU["registers_per_compute_unit"]) // max(1, regs)
+    local = local_entries(e, stages, layout) * isz
+    capacity = max(device.local_mem_size, device.l1_cache_size)
+    by_local = capacity // local if local else by_regs
+    resident = max(1, min(by_regs, by_local)) * warps
+    return max(lsu, fma) * max(1.0, LATENCY_SUBGROUPS / resident)
+
+
+
+def node_plans(e: BatchedEinsum) -> list[int | None]:
+    """The contraction plans (``last``, :func:`feinsum.toolbox.dense.plans`) the layout
+    runs."""
+    return [c for c in plans(e) if node_reason(e, element_stages(e, c)) is None]
+
+
+def private_registers(device: Any) -> int:
+    """32-bit registers a work-item may take (the device's, or a generic GPU's)."""
+    return int(device.registers_per_work_item or GENERIC_GPU["registers_per_work_item"])
+
+
+def misfit(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, device: Any
+           ) -> str | None:
+    """Which of the device's limits *layout* exceeds (``None``: it fits): local memory,
+    registers per work-item, :data:`MAX_UNROLLED`."""
+    isz = max(e.value_dtype(r).itemsize for r in range(e.nrows))
+    local = local_entries(e, stages, layout) * isz
+    if local > device.local_mem_size:
+        return f"{local} bytes of local memory > local_mem_size {device.local_mem_size}"
+    regs = registers(e, stages, layout)
+    if regs > private_registers(device):
+        return (f"about {regs} registers per work-item > registers_per_work_item "
+                f"{private_registers(device)}")
+    group = regs * layout.work_items
+    units = int(device.registers_per_compute_unit or GENERIC_GPU["registers_per_compute_unit"])
+    if group > units:
+        return (f"about {group} registers per work-group > registers_per_compute_unit "
+                f"{units}")
+    code = unrolled_statements(e, stages, layout)
+    if code > MAX_UNROLLED:
+        return f"{code} unrolled multiply-adds per block > {MAX_UNROLLED}"
+    return None
+
+
+def _candidates(e: BatchedEinsum, device: Any) -> Iterator[tuple[int | None, NodeLayout]]:
+    sg, sizes = _subgroup(device), device.max_work_item_sizes
+    limit = min(device.max_work_group_size, 1024)
+    for last, lanes, k in itertools.product(node_plans(e), lane_options(e), range(7)):
+        rows = 2 ** k
+        if not sg <= lanes * rows <= limit or lanes > sizes[0] or rows > sizes[1]:
+            continue
+        stages = element_stages(e, last)
+        regs = [False, True] if any(access(e, stages, c, True) == "registers"
+                                    for c in range(e.noperands)) else [False]
+        for n, f, reg in itertools.product((1, 2, 4, 8), range(1, e.nrows + 1), regs):
+            yield last, NodeLayout(lanes, rows, n, f, reg)
+
+
+@functools.cache
+def best_layout(e: BatchedEinsum, device: Any) -> tuple[int | None, NodeLayout] | None:
+    """The plan and layout of least :func:`layout_cost` among those that fit *device*
+    (one block per work-group), or ``None`` if none fits."""
+    best: tuple[float, int, int | None, NodeLayout] | None = None
+    for last, layout in _candidates(e, device):
+        stages = element_stages(e, last)
+        if misfit(e, stages, layout, device):
+            continue
+        cost = (layout_cost(e, stages, layout, device), registers(e, stages, layout))
+        if best is None or cost < best[:2]:
+            best = (*cost, last, layout)  # type: ignore[assignment]
+    return None if best is None else (best[2], best[3])
+
+
+# }}}
