@@ -427,11 +427,11 @@ def flat_local_copy(name: str, rule: str, shape: Sequence[int], bounds: dict[str
                          id=f"copy_{name}", within_inames=frozenset({f.name}))
 
 
-def rewritten_kernel(knl: lp.LoopKernel, domain: str, insns: Sequence[Any],
+def rewritten_kernel(knl: lp.LoopKernel, domain: str | Sequence[str], insns: Sequence[Any],
                      temps: Sequence[Any]) -> lp.TranslationUnit:
     """A new kernel in place of the reference kernel *knl*: its name, target, arguments and
-    operand substitution rules (the normalised form), with *domain*, *insns* and the
-    temporaries *temps*; dependencies are the ones the statements give."""
+    operand substitution rules (the normalised form), with *domain* (or several), *insns*
+    and the temporaries *temps*; dependencies are the ones the statements give."""
     data: list[Any] = [*knl.args, *temps]
     return lp.make_kernel(
         domain, [*knl.substitutions.values(), *insns], data, name=knl.name,

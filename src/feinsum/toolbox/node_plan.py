@@ -327,7 +327,11 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
     warps = -(-layout.work_items // sg)
     spans = min(layout.rows, max(1, sg // L0))  # element rows one subgroup access spans
 
-    def waves(distinct: int, rows: int = 1) -> float:
+    def waves(distinct: int, rows: int = 1, local: bool = True) -> float:
+        # local memory: the distinct values of every row at once (no bank conflicts);
+        # global memory: each row's values are a separate run of cache lines
+        if local:
+            return max(1, -(-distinct * rows * isz // (sg * 4)))
         return rows * max(1, -(-distinct * isz // (sg * 4)))
 
     lsu = fma = 0.0  # per work-item and block, then per element
@@ -346,9 +350,10 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
             count = math.prod(sizes.get(d) or length(e, d) for d in dims)
             copies = slots(e, layout) if col == "w" or int(col) in row_specific(e) else 1
             lsu += points * passes * count * copies * waves(
-                min(L0, sg) if "t" in dims else 1, spans if "n" in dims else 1)
+                min(L0, sg) if "t" in dims else 1, spans if "n" in dims else 1,
+                col == "w" or access(e, stages, int(col), layout.registers) != "lanes")
         if s == len(stages) - 1 or not kept_private(e, stages, s):  # stores
-            lsu += acc * waves(min(L0, sg), spans)
+            lsu += acc * waves(min(L0, sg), spans, s < len(stages) - 1)
     lsu *= warps / B
     # the block's copies into local memory: a global read and a local store per value
     el = element_index(e)

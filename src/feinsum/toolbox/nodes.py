@@ -265,10 +265,11 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
     cons = [f"0 <= l0 < {L0}", f"0 <= l1 < {R}"]
     cons += [f"0 <= eg < {G} and 0 <= et and {B}*({G}*et + eg) < {nsym}" if G
              else f"0 <= eg and {B}*eg < {nsym}"]
-    cons += [f"0 <= {i} < {n}" for i, n in bounds.items()]
-    inames = [*sorted(block), *bounds]
-    domain = f"[{nsym}] -> {{[{', '.join(inames)}]: {' and '.join(cons)}}}"
-    new = rewritten_kernel(knl, domain, insns, temps)
+    # one small domain per loop: ISL's work in code generation grows with the dimensions
+    # of the domain an index is simplified in
+    domains = [f"[{nsym}] -> {{[{', '.join(sorted(block))}]: {' and '.join(cons)}}}",
+               *(f"{{[{i}]: 0 <= {i} < {n}}}" for i, n in bounds.items())]
+    new = rewritten_kernel(knl, domains, insns, temps)
     tags |= {k: "unr" for k, n in bounds.items()
              if k.startswith("k_") and n <= UNROLLED_COPY_ROUNDS}
     new = lp.tag_inames(new, tags)
