@@ -27,6 +27,9 @@ from feinsum.tuning.workloads import workloads
 
 #: Lengths every symbol gets: a multiple of no tile (runs in well under a second).
 LENGTHS = ({"*": 73},)
+#: A second, larger one for einsums of one length symbol (the element-batched DG family:
+#: several blocks and work-groups, the last partial).
+ONE_SYMBOL_LENGTHS = ({"*": 73}, {"*": 1001})
 
 
 @functools.cache
@@ -56,7 +59,8 @@ def all_cases() -> list[Case]:
 
 
 def lengths_for(e: Any) -> tuple[dict[str, int], ...]:
-    return tuple({s: n["*"] for s in e.length_symbols} for n in LENGTHS)
+    lengths = ONE_SYMBOL_LENGTHS if len(e.length_symbols) == 1 else LENGTHS
+    return tuple({s: n["*"] for s in e.length_symbols} for n in lengths)
 
 
 def cpu_fit(model: DeviceInfo, cpu: DeviceInfo) -> str | None:

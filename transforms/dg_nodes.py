@@ -26,7 +26,7 @@ from feinsum.toolbox import node_plan as tp
 from feinsum.toolbox import nodes as tn
 
 #: Work-groups per compute unit the ``groups`` parameter offers (0: one block per group).
-GROUPS_PER_UNIT = (0, 1, 2, 4, 8, 16)
+GROUPS_PER_UNIT = range(tp.MAX_GROUPS_PER_UNIT + 1)
 
 
 def _layout(p: dict[str, Any]) -> tp.NodeLayout:

@@ -30,6 +30,8 @@ from feinsum.toolbox.dense import (
 BASE_REGISTERS = 24
 #: Unrolled multiply-add statements of a block at most (code size, compile time).
 MAX_UNROLLED = 4096
+#: Work-groups per compute unit a looping grid launches at most (``groups``).
+MAX_GROUPS_PER_UNIT = 32
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,24 @@ class NodeLayout:
 # {{{ the plan: lane indices, access modes, sizes
 
 
+@functools.lru_cache(maxsize=1 << 12)
+def specific(e: BatchedEinsum) -> frozenset[int]:
+    """:func:`feinsum.toolbox.dense.row_specific`, remembered."""
+    return frozenset(row_specific(e))
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def itemsize(e: BatchedEinsum) -> int:
+    """Bytes of the widest output value."""
+    return max(e.value_dtype(r).itemsize for r in range(e.nrows))
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def plan_stages(e: BatchedEinsum, last: int | None) -> tuple[Stage, ...]:
+    """:func:`feinsum.toolbox.dense.element_stages` (no lane index), remembered."""
+    return element_stages(e, last)
+
+
 def length(e: BatchedEinsum, i: str) -> int:
     return int(e.lengths[i])
 
@@ -72,6 +92,7 @@ def chunks(n: int, lanes: int) -> int:
     return -(-n // lanes)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def stage_lane(e: BatchedEinsum, stages: Sequence[Stage], s: int) -> str:
     """The lane index of stage *s*: the output's last index if the stage keeps it, else
     its longest output index (the last of equals)."""
@@ -81,26 +102,32 @@ def stage_lane(e: BatchedEinsum, stages: Sequence[Stage], s: int) -> str:
     return max(reversed(stages[s].out), key=lambda i: length(e, i))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def kept_private(e: BatchedEinsum, stages: Sequence[Stage], s: int) -> bool:
     """Whether stage *s*'s result stays in registers (the next stage has the same lane
     index) rather than going to local memory."""
     return s < len(stages) - 1 and stage_lane(e, stages, s) == stage_lane(e, stages, s + 1)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def stage_of(stages: Sequence[Stage], c: int) -> int:
     """The stage that reads operand column *c*."""
     return next(s for s, st in enumerate(stages) if c in st.inputs)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def access(e: BatchedEinsum, stages: Sequence[Stage], c: int, registers: bool) -> str:
     """How the stage reading operand *c* gets it: ``"lanes"`` (an element operand with the
-    lane index, from global memory), ``"staged"`` (an element operand without it, staged
-    per block), ``"local"``/``"registers"`` (an operator staged per group, read from local
-    memory or kept in registers), ``"global"`` (a scalar operator)."""
+    lane index, from global memory), ``"broadcast"`` (an element operand without it whose
+    last, contiguous index is the element: from global memory, a subgroup's element rows
+    one run of addresses), ``"staged"`` (the other element operands, staged per block),
+    ``"local"``/``"registers"`` (an operator staged per group, read from local memory or
+    kept in registers), ``"global"`` (a scalar operator)."""
     idx = e.in_indices[c]
     lane = stage_lane(e, stages, stage_of(stages, c))
     if element_index(e) in idx:
-        return "lanes" if lane in idx else "staged"
+        return ("lanes" if lane in idx else "broadcast" if idx[-1] == element_index(e)
+                else "staged")
     if not idx:
         return "global"
     return "registers" if registers and lane in idx else "local"
@@ -118,6 +145,7 @@ def flat(e: BatchedEinsum, idx: Sequence[str], values: dict[str, Any]) -> Any:
     return prim.Sum(tuple(terms)) if len(terms) > 1 else terms[0] if terms else 0
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def operator_entries(e: BatchedEinsum, stages: Sequence[Stage], c: int, lanes: int) -> int:
     """Local entries of staged operator *c*: its entries and the padding a partial last
     chunk of its stage's lane index reads past them."""
@@ -135,6 +163,7 @@ def _element_entries(e: BatchedEinsum, c: int) -> int:
     return math.prod(length(e, i) for i in e.in_indices[c] if i != element_index(e))
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def owners(e: BatchedEinsum) -> dict[tuple[int, int], int]:
     """``(row, column)`` -> the first row reading the same array(s) in that column (rows
     sharing an operand share its staged copy)."""
@@ -152,6 +181,13 @@ def slots(e: BatchedEinsum, layout: NodeLayout) -> int:
     return min(layout.rows_per_pass, e.nrows)
 
 
+def padded_entries(count: int, layout: NodeLayout) -> int:
+    """*count* rounded up to whole rounds of the work-group's work-items (a staged block
+    has room for every work-item's store)."""
+    return chunks(count, layout.work_items) * layout.work_items
+
+
+@functools.lru_cache(maxsize=1 << 16)
 def local_entries(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> int:
     """Local-memory entries of the kernel: the staged operators, the staged
     element operands of a pass and the stage results kept in local memory."""
@@ -162,14 +198,18 @@ def local_entries(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout)
             total += operator_entries(e, stages, c, layout.lanes)
     for c in range(e.noperands):
         if access(e, stages, c, layout.registers) == "staged":
-            n = slots(e, layout) if c in row_specific(e) else 1
-            total += _element_entries(e, c) * layout.block * n
+            n = slots(e, layout) if c in specific(e) else 1
+            k = e.in_indices[c].index(element_index(e))
+            pre = math.prod(length(e, i) for i in e.in_indices[c][:k])
+            total += pre * padded_entries(_element_entries(e, c) // pre * layout.block,
+                                          layout) * n
     for s, st in enumerate(stages[:-1]):
         if not kept_private(e, stages, s):
             total += math.prod(length(e, i) for i in st.out) * layout.block * slots(e, layout)
     return total
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def accumulators(e: BatchedEinsum, stages: Sequence[Stage], s: int, layout: NodeLayout
                  ) -> int:
     """Accumulators of stage *s* per work-item and pass."""
@@ -180,6 +220,7 @@ def accumulators(e: BatchedEinsum, stages: Sequence[Stage], s: int, layout: Node
             * chunks(length(e, lane), layout.lanes) * others)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def register_values(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> int:
     """Values a work-item keeps in registers at once: the most of any stage's accumulators
     (with the previous stage's result kept in registers), and the operator entries of
@@ -198,6 +239,7 @@ def register_values(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayou
     return most
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def unrolled_statements(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> int:
     """Multiply-add statements of one block once the accumulator loops and the reduction
     loops that index registers are unrolled (the code size)."""
@@ -210,6 +252,7 @@ def unrolled_statements(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeL
     return total
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def fetched_values(e: BatchedEinsum, stages: Sequence[Stage], s: int, layout: NodeLayout
                    ) -> int:
     """Values a work-item loads per reduction point of stage *s* (for one pass)."""
@@ -220,19 +263,21 @@ def fetched_values(e: BatchedEinsum, stages: Sequence[Stage], s: int, layout: No
             continue
         sizes = {"n": layout.elements,
                  "t": chunks(length(e, stage_lane(e, stages, s)), layout.lanes)}
-        copies = slots(e, layout) if col == "w" or int(col) in row_specific(e) else 1
+        copies = slots(e, layout) if col == "w" or int(col) in specific(e) else 1
         total += math.prod(sizes.get(d) or length(e, d) for d in dims) * copies
     return total
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def registers(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> int:
     """An estimate of the 32-bit registers a work-item takes: the values it keeps
     (:func:`register_values`) and loads per reduction point, and :data:`BASE_REGISTERS`."""
-    words = -(-max(e.value_dtype(r).itemsize for r in range(e.nrows)) // 4)
+    words = -(-itemsize(e) // 4)
     fetch = max(fetched_values(e, stages, s, layout) for s in range(len(stages)))
     return BASE_REGISTERS + words * (register_values(e, stages, layout) + fetch)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def node_reason(e: BatchedEinsum, stages: Sequence[Stage] | None = None) -> str | None:
     """``None`` if :func:`feinsum.toolbox.nodes.node_kernel` can run *e* (with the plan
     *stages*, if given), else why not."""
@@ -256,6 +301,7 @@ def node_reason(e: BatchedEinsum, stages: Sequence[Stage] | None = None) -> str 
 # }}}
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def private_indices(e: BatchedEinsum, stages: Sequence[Stage], s: int, registers: bool
                     ) -> set[str]:
     """The reduction indices of stage *s* that index private arrays (operator entries in
@@ -270,6 +316,7 @@ def private_indices(e: BatchedEinsum, stages: Sequence[Stage], s: int, registers
     return out - set(stages[s].out)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def fetch_dims(e: BatchedEinsum, stages: Sequence[Stage], s: int, col: int | str,
                registers: bool) -> tuple[str, ...] | None:
     """What input *col* of stage *s* varies with among a work-item's accumulators
@@ -302,6 +349,7 @@ FP32_LANES = 128
 LATENCY_SUBGROUPS = 8
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def lane_options(e: BatchedEinsum) -> list[int]:
     """Work-items along ``l.0`` a layout may take: the divisors of the output's last index
     length (no idle lanes) and the powers of two below it (whole subgroups)."""
@@ -322,7 +370,7 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
     ``d*itemsize / wavefront`` of them, rounded up, once per element row it spans) and
     its multiply-add issue (:data:`FP32_LANES`), stretched when fewer than
     :data:`LATENCY_SUBGROUPS` subgroups fit a compute unit (registers, local memory)."""
-    sg, isz = _subgroup(device), max(e.value_dtype(r).itemsize for r in range(e.nrows))
+    sg, isz = _subgroup(device), itemsize(e)
     L0, B = layout.lanes, layout.block
     warps = -(-layout.work_items // sg)
     spans = min(layout.rows, max(1, sg // L0))  # element rows one subgroup access spans
@@ -348,7 +396,8 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
                 continue
             sizes = {"n": layout.elements, "t": chunks(length(e, lane), L0)}
             count = math.prod(sizes.get(d) or length(e, d) for d in dims)
-            copies = slots(e, layout) if col == "w" or int(col) in row_specific(e) else 1
+            copies = slots(e, layout) if col == "w" or int(col) in specific(e) else 1
+            # one run of addresses per subgroup, except a "lanes" read: one per row
             lsu += points * passes * count * copies * waves(
                 min(L0, sg) if "t" in dims else 1, spans if "n" in dims else 1,
                 col == "w" or access(e, stages, int(col), layout.registers) != "lanes")
@@ -358,7 +407,7 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
     # the block's copies into local memory: a global read and a local store per value
     el = element_index(e)
     staged = sum(math.prod(length(e, i) for i in e.in_indices[c] if i != el)
-                 * (e.nrows if c in row_specific(e) else 1) for c in range(e.noperands)
+                 * (e.nrows if c in specific(e) else 1) for c in range(e.noperands)
                  if access(e, stages, c, layout.registers) == "staged")
     operators = sum(operator_entries(e, stages, c, L0) for (r, c), o in owners(e).items()
                     if o == r and access(e, stages, c, layout.registers) in ("local",
@@ -366,18 +415,26 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
     lsu += 2 * waves(sg) / sg * (staged + (0 if layout.groups else operators / B))
     fp_rate = FP32_LANES / sg * (device.fp64_rate if isz == 8 and device.fp64_rate else 1.0)
     fma = fma * warps / B / fp_rate
-    # occupancy: subgroups resident per compute unit
-    regs = registers(e, stages, layout) * warps * sg
+    resident = resident_groups(e, stages, layout, device) * warps
+    return max(lsu, fma) * max(1.0, LATENCY_SUBGROUPS / resident)
+
+
+def resident_groups(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout,
+                    device: Any) -> int:
+    """Work-groups of *layout* one compute unit holds at once (its registers over the
+    group's estimate; its local memory, where the device's L1 holds it, over the group's)."""
+    sg = _subgroup(device)
+    isz = itemsize(e)
+    regs = registers(e, stages, layout) * -(-layout.work_items // sg) * sg
     by_regs = int(device.registers_per_compute_unit
                   or GENERIC_GPU["registers_per_compute_unit"]) // max(1, regs)
     local = local_entries(e, stages, layout) * isz
     capacity = max(device.local_mem_size, device.l1_cache_size)
-    by_local = capacity // local if local else by_regs
-    resident = max(1, min(by_regs, by_local)) * warps
-    return max(lsu, fma) * max(1.0, LATENCY_SUBGROUPS / resident)
+    return max(1, min(by_regs, capacity // local if local else by_regs, MAX_GROUPS_PER_UNIT))
 
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def node_plans(e: BatchedEinsum) -> list[int | None]:
     """The contraction plans (``last``, :func:`feinsum.toolbox.dense.plans`) the layout
     runs."""
@@ -393,7 +450,7 @@ def misfit(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, device
            ) -> str | None:
     """Which of the device's limits *layout* exceeds (``None``: it fits): local memory,
     registers per work-item, :data:`MAX_UNROLLED`."""
-    isz = max(e.value_dtype(r).itemsize for r in range(e.nrows))
+    isz = itemsize(e)
     local = local_entries(e, stages, layout) * isz
     if local > device.local_mem_size:
         return f"{local} bytes of local memory > local_mem_size {device.local_mem_size}"
@@ -419,20 +476,37 @@ def _candidates(e: BatchedEinsum, device: Any) -> Iterator[tuple[int | None, Nod
         rows = 2 ** k
         if not sg <= lanes * rows <= limit or lanes > sizes[0] or rows > sizes[1]:
             continue
-        stages = element_stages(e, last)
+        stages = plan_stages(e, last)
         regs = [False, True] if any(access(e, stages, c, True) == "registers"
                                     for c in range(e.noperands)) else [False]
         for n, f, reg in itertools.product((1, 2, 4, 8), range(1, e.nrows + 1), regs):
-            yield last, NodeLayout(lanes, rows, n, f, reg)
+            lay = NodeLayout(lanes, rows, n, f, reg)
+            yield last, lay
+            # one wave of work-groups looping over the blocks: operators staged once
+            yield last, NodeLayout(lanes, rows, n, f, reg, device.compute_units
+                                   * resident_groups(e, stages, lay, device))
 
 
-@functools.cache
+class _Same:
+    """An einsum looked up by identity: the search below asks the caches of this module
+    about one einsum thousands of times, and a spec's own hash walks all of it."""
+
+    def __init__(self, e: BatchedEinsum) -> None:
+        self._e = e
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._e, name)
+
+
+@functools.lru_cache(maxsize=256)
 def best_layout(e: BatchedEinsum, device: Any) -> tuple[int | None, NodeLayout] | None:
     """The plan and layout of least :func:`layout_cost` among those that fit *device*
-    (one block per work-group), or ``None`` if none fits."""
+    (one block per work-group, or one wave of work-groups looping over the blocks), or
+    ``None`` if none fits."""
     best: tuple[float, int, int | None, NodeLayout] | None = None
+    e = cast(BatchedEinsum, _Same(e))
     for last, layout in _candidates(e, device):
-        stages = element_stages(e, last)
+        stages = plan_stages(e, last)
         if misfit(e, stages, layout, device):
             continue
         cost = (layout_cost(e, stages, layout, device), registers(e, stages, layout))

@@ -73,6 +73,7 @@ from feinsum.toolbox.node_plan import (
     node_reason,
     operator_entries,
     owners,
+    padded_entries,
     private_indices,
     slots,
     stage_lane,
@@ -84,14 +85,17 @@ UNROLLED_COPY_ROUNDS = 16
 
 def flat_copy(name: str, rule: str, idx: Sequence[str], first: dict[str, Any], count: int,
               layout: NodeLayout, within: set[str], bounds: dict[str, int], id: str,
-              guard: Any = None, base: Any = 0) -> lp.Assignment:
+              guard: Any = None, base: Any = 0, padded: bool = False) -> lp.Assignment:
     """Copy *count* consecutive entries of a C-order operand into local array *name*
     (from offset *base* on), spread over all the work-items of a work-group: work-item
     ``w = l1*lanes + l0`` copies entries ``k*work_items + w``, so consecutive work-items
     read consecutive addresses. The operand is read through its *rule* at the index
     values *first* (those not given: 0) with the flat offset added to its last index (C
     order: the entries that follow). *guard*: a condition on the flat offset (inside the
-    element range)."""
+    element range). *padded*: the local array has room for every work-item's last round
+    (:func:`padded_entries`): each work-item stores unconditionally, zero outside the
+    ranges (PoCL's CPU device dropped guarded local stores of a partial work-group inside
+    a loop with barriers: a plain store is what it runs correctly)."""
     work = layout.work_items
     bounds[f"k_{id}"] = chunks(count, work)
     f = prim.Variable(f"k_{id}") * work + prim.Variable("l1") * layout.lanes + prim.Variable("l0")
@@ -100,7 +104,12 @@ def flat_copy(name: str, rule: str, idx: Sequence[str], first: dict[str, Any], c
     conds = [prim.Comparison(f, "<", count)] if count % work else []
     if guard is not None:
         conds.append(guard(f))
-    return lp.Assignment(subscript(name, base + f), prim.Variable(rule)(*args), id=id,
+    value = prim.Variable(rule)(*args)
+    if padded and conds:
+        value = prim.If(prim.LogicalAnd(tuple(conds)) if len(conds) > 1 else conds[0],
+                        value, 0)
+        conds = []
+    return lp.Assignment(subscript(name, base + f), value, id=id,
                          predicates=frozenset(conds),
                          within_inames=frozenset({*within, f"k_{id}"}))
 
@@ -295,15 +304,16 @@ def _element_copies(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayou
             idx = e.in_indices[c]
             k = idx.index(el)
             S = math.prod(length(e, i) for i in idx[k + 1:])
+            pitch = padded_entries(B * S, layout)
             if p == 0:
-                temp(name, (math.prod(length(e, i) for i in idx[:k]) * B * S,), dtype(r, c),
+                temp(name, (math.prod(length(e, i) for i in idx[:k]) * pitch,), dtype(r, c),
                      True)
             pre = loops(idx[:k], f"{name}_p{p}")
             out.append(flat_copy(
                 name, f"op{c}_r{r}", idx, {**pre, el: e0}, B * S, layout, block | {
                     v.name for v in pre.values()}, bounds, id=f"copy_p{p}_{name}",
                 guard=lambda f, S=S: prim.Comparison(e0 * S + f, "<", E * S),
-                base=flat(e, idx[:k], pre) * (B * S)).copy(depends_on=after))
+                base=flat(e, idx[:k], pre) * pitch, padded=True).copy(depends_on=after))
     return out
 
 
@@ -349,17 +359,19 @@ def _factor(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: in
     c = int(col)
     idx = e.in_indices[c]
     mode = access(e, stages, c, layout.registers)
-    if mode == "lanes":
+    if mode in ("lanes", "broadcast"):
         lane = stage_lane(e, stages, s)
         conds = [prim.Comparison(vals[el], "<", E)]
-        if chunks(length(e, lane), layout.lanes) * layout.lanes > length(e, lane):
+        if mode == "lanes" and chunks(length(e, lane), layout.lanes) * layout.lanes > (
+                length(e, lane)):
             conds.append(prim.Comparison(vals[lane], "<", length(e, lane)))
         return prim.If(prim.LogicalAnd(tuple(conds)) if len(conds) > 1 else conds[0],
                        prim.Variable(f"op{c}_r{r}")(*(vals[i] for i in idx)), 0)
     if mode == "staged":
         k = idx.index(el)
         S = math.prod(length(e, i) for i in idx[k + 1:])
-        return subscript(staged_name(e, layout, r, c), flat(e, idx[:k], vals) * (B * S)
+        return subscript(staged_name(e, layout, r, c),
+                         flat(e, idx[:k], vals) * padded_entries(B * S, layout)
                          + local_el * S + flat(e, idx[k + 1:], vals))
     if mode == "registers":
         lane = stage_lane(e, stages, s)
