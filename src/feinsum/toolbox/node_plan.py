@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import pymbolic.primitives as prim
+from pymbolic.mapper.evaluator import evaluate
 
 from feinsum.devices.info import GENERIC_GPU
 from feinsum.spec.model import Array, BatchedEinsum
@@ -83,6 +84,11 @@ def plan_stages(e: BatchedEinsum, last: int | None) -> tuple[Stage, ...]:
     return element_stages(e, last)
 
 
+def element(e: BatchedEinsum) -> str:
+    """The element index of *e* (one the layout runs: see :func:`node_reason`)."""
+    return cast(str, element_index(e))
+
+
 def length(e: BatchedEinsum, i: str) -> int:
     return int(e.lengths[i])
 
@@ -146,16 +152,43 @@ def flat(e: BatchedEinsum, idx: Sequence[str], values: dict[str, Any]) -> Any:
 
 
 @functools.lru_cache(maxsize=1 << 16)
+def operator_row(e: BatchedEinsum, stages: Sequence[Stage], c: int) -> int:
+    """The entries after the lane index in staged operator *c* (its C stride), padded by
+    one in local memory when even, so that the lanes of a subgroup reading a column hit
+    distinct banks (0: not padded)."""
+    idx = e.in_indices[c]
+    lane = stage_lane(e, stages, stage_of(stages, c))
+    if lane not in idx:
+        return 0
+    row = _c_strides(e, idx)[idx.index(lane)]
+    return row if row > 1 and row % 2 == 0 else 0
+
+
+def operator_offset(e: BatchedEinsum, stages: Sequence[Stage], c: int,
+                    values: dict[str, Any]) -> Any:
+    """The local offset of staged operator *c* at *values*: C order, each row after the
+    lane index padded by one where :func:`operator_row` says."""
+    idx, row = e.in_indices[c], operator_row(e, stages, c)
+    if not row:
+        return flat(e, idx, values)
+    k = idx.index(stage_lane(e, stages, stage_of(stages, c)))
+    return flat(e, idx[:k + 1], values) * (row + 1) + flat(e, idx[k + 1:], values)
+
+
+@functools.lru_cache(maxsize=1 << 16)
 def operator_entries(e: BatchedEinsum, stages: Sequence[Stage], c: int, lanes: int) -> int:
-    """Local entries of staged operator *c*: its entries and the padding a partial last
-    chunk of its stage's lane index reads past them."""
+    """Local entries of staged operator *c*: its entries (rows padded, see
+    :func:`operator_row`) and what a partial last chunk of its stage's lane index reads
+    past them."""
     idx = e.in_indices[c]
     n = math.prod(length(e, i) for i in idx)
     lane = stage_lane(e, stages, stage_of(stages, c))
     if lane not in idx:
         return n
-    over = chunks(length(e, lane), lanes) * lanes - length(e, lane)
-    return n + over * _c_strides(e, idx)[idx.index(lane)]
+    row = operator_row(e, stages, c)
+    last = {i: length(e, i) - 1 for i in idx}
+    last[lane] = chunks(length(e, lane), lanes) * lanes - 1
+    return max(n + (n // row if row else 0), int(evaluate(operator_offset(e, stages, c, last))) + 1)
 
 
 def _element_entries(e: BatchedEinsum, c: int) -> int:
@@ -346,7 +379,7 @@ def fetch_dims(e: BatchedEinsum, stages: Sequence[Stage], s: int, col: int | str
 #: what :func:`layout_cost` divides multiply-adds by (fp64: times the device's fp64 rate).
 FP32_LANES = 128
 #: Subgroups a compute unit needs resident to hide memory latencies (:func:`layout_cost`).
-LATENCY_SUBGROUPS = 8
+LATENCY_SUBGROUPS = 16
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -389,7 +422,7 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
         points = math.prod(length(e, i) for i in stage_indices(e, stages, s)
                            if i not in st.out)
         acc = accumulators(e, stages, s, layout) * passes
-        fma += acc * points
+        fma += acc * points * max(1, len(st.inputs) - 1)
         for col in st.inputs:
             dims = fetch_dims(e, stages, s, col, layout.registers)
             if dims is None:
@@ -428,9 +461,11 @@ def resident_groups(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayou
     regs = registers(e, stages, layout) * -(-layout.work_items // sg) * sg
     by_regs = int(device.registers_per_compute_unit
                   or GENERIC_GPU["registers_per_compute_unit"]) // max(1, regs)
-    local = local_entries(e, stages, layout) * isz
-    capacity = max(device.local_mem_size, device.l1_cache_size)
-    return max(1, min(by_regs, capacity // local if local else by_regs, MAX_GROUPS_PER_UNIT))
+    # where the L1 holds local memory, part of it stays cache (7/8 at most for local
+    # memory), and each group's local memory takes a little more (1 KiB of it)
+    local = local_entries(e, stages, layout) * isz + 1024
+    capacity = max(device.local_mem_size, device.l1_cache_size * 7 // 8)
+    return max(1, min(by_regs, capacity // local, MAX_GROUPS_PER_UNIT))
 
 
 

@@ -55,7 +55,6 @@ from feinsum.spec.model import Array, BatchedEinsum
 from feinsum.toolbox.core import kernel_of
 from feinsum.toolbox.dense import (
     Stage,
-    element_index,
     finish_element_kernel,
     rewritten_kernel,
     row_specific,
@@ -66,12 +65,15 @@ from feinsum.toolbox.node_plan import (
     NodeLayout,
     access,
     chunks,
+    element,
     fetch_dims,
     flat,
     kept_private,
     length,
     node_reason,
     operator_entries,
+    operator_offset,
+    operator_row,
     owners,
     padded_entries,
     private_indices,
@@ -85,7 +87,8 @@ UNROLLED_COPY_ROUNDS = 16
 
 def flat_copy(name: str, rule: str, idx: Sequence[str], first: dict[str, Any], count: int,
               layout: NodeLayout, within: set[str], bounds: dict[str, int], id: str,
-              guard: Any = None, base: Any = 0, padded: bool = False) -> lp.Assignment:
+              guard: Any = None, base: Any = 0, padded: bool = False, row: int = 0
+              ) -> lp.Assignment:
     """Copy *count* consecutive entries of a C-order operand into local array *name*
     (from offset *base* on), spread over all the work-items of a work-group: work-item
     ``w = l1*lanes + l0`` copies entries ``k*work_items + w``, so consecutive work-items
@@ -95,7 +98,8 @@ def flat_copy(name: str, rule: str, idx: Sequence[str], first: dict[str, Any], c
     element range). *padded*: the local array has room for every work-item's last round
     (:func:`padded_entries`): each work-item stores unconditionally, zero outside the
     ranges (PoCL's CPU device dropped guarded local stores of a partial work-group inside
-    a loop with barriers: a plain store is what it runs correctly)."""
+    a loop with barriers: a plain store is what it runs correctly). *row*: every *row*
+    entries are followed by one of padding in local memory."""
     work = layout.work_items
     bounds[f"k_{id}"] = chunks(count, work)
     f = prim.Variable(f"k_{id}") * work + prim.Variable("l1") * layout.lanes + prim.Variable("l0")
@@ -104,13 +108,14 @@ def flat_copy(name: str, rule: str, idx: Sequence[str], first: dict[str, Any], c
     conds = [prim.Comparison(f, "<", count)] if count % work else []
     if guard is not None:
         conds.append(guard(f))
-    value = prim.Variable(rule)(*args)
+    value: Any = prim.Variable(rule)(*args)
     if padded and conds:
         value = prim.If(prim.LogicalAnd(tuple(conds)) if len(conds) > 1 else conds[0],
                         value, 0)
         conds = []
-    return lp.Assignment(subscript(name, base + f), value, id=id,
-                         predicates=frozenset(conds),
+    where = base + f + (prim.FloorDiv(f, row) if row else 0)
+    return lp.Assignment(subscript(name, where), value, id=id,
+                         predicates=frozenset(cast(Any, conds)),
                          within_inames=frozenset({*within, f"k_{id}"}))
 
 
@@ -122,7 +127,7 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
     why = node_reason(e, stages)
     if why is not None:
         raise RecipeError(f"the node layout does not fit {e}: {why}")
-    el, L0, R, NE, G = element_index(e), layout.lanes, layout.rows, layout.elements, layout.groups
+    el, L0, R, NE, G = element(e), layout.lanes, layout.rows, layout.elements, layout.groups
     F, B = slots(e, layout), layout.block
     nsym = str(e.lengths[el])
     E, l0, l1, eg = (prim.Variable(v) for v in (nsym, "l0", "l1", "eg"))
@@ -164,7 +169,8 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
         idx, name = e.in_indices[c], f"o{c}_r{r}"
         temp(name, (operator_entries(e, stages, c, L0),), dtype(r, c), local=True)
         insns.append(flat_copy(name, f"op{c}_r{r}", idx, {}, math.prod(
-            length(e, i) for i in idx), layout, group, bounds, id=f"copy_{name}"))
+            length(e, i) for i in idx), layout, group, bounds, id=f"copy_{name}",
+            row=operator_row(e, stages, c)))
         pre_ids.append(f"copy_{name}")
         if mode == "registers":
             lane = stage_lane(e, stages, stage_of(stages, c))
@@ -175,7 +181,8 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
             temp(g, (bounds[f"{lane}_{g}"], *(length(e, i) for i in rest)), dtype(r, c))
             insns.append(lp.Assignment(
                 subscript(g, *vals.values()),
-                subscript(name, flat(e, idx, vals | {lane: vals[lane] * L0 + l0})),
+                subscript(name, operator_offset(e, stages, c,
+                                                vals | {lane: vals[lane] * L0 + l0})),
                 id=f"load_{g}", depends_on=frozenset({f"copy_{name}"}),
                 within_inames=frozenset({*group, *(v.name for v in vals.values())})))
             pre_ids.append(f"load_{g}")
@@ -293,7 +300,7 @@ def _element_copies(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayou
                     after: frozenset[str]) -> list[Any]:
     """Pass *p*'s copies of the block's element operands read without their stage's lane
     index into local memory (an operand all rows share: in pass 0 only)."""
-    el, B = element_index(e), layout.block
+    el, B = element(e), layout.block
     out = []
     for r in rows:
         for c in range(e.noperands):
@@ -346,7 +353,7 @@ def _factor(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: in
             l1: Any) -> Any:
     """The value of input *col* of stage *s* for row *r* at the index values *vals*
     (element *n* of the work-item, chunk *t* of the lane index)."""
-    el, B = element_index(e), layout.block
+    el, B = element(e), layout.block
     local_el = n * layout.rows + l1
     if col == "w":
         prev = stages[s - 1]
@@ -377,7 +384,7 @@ def _factor(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: in
         lane = stage_lane(e, stages, s)
         return subscript(regs[own[r, c], c], t, *(vals[i] for i in idx if i != lane))
     if mode == "local":
-        return subscript(f"o{c}_r{own[r, c]}", flat(e, idx, vals))
+        return subscript(f"o{c}_r{own[r, c]}", operator_offset(e, stages, c, vals))
     return prim.Variable(f"op{c}_r{r}")()
 
 
@@ -386,7 +393,7 @@ def _destination(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, 
                  ) -> tuple[Any, set[Any]]:
     """Where stage *s*'s accumulators go and under which conditions: the output (inside
     the ranges), the stage result kept in registers, or in local memory."""
-    st, el = stages[s], element_index(e)
+    st, el = stages[s], element(e)
     if s == len(stages) - 1:
         return (subscript(f"out{r}", *(vals[i] for i in e.out_indices)),
                 partial | {prim.Comparison(vals[el], "<", E)})
