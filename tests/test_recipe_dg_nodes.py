@@ -63,6 +63,9 @@ def specs(dt: str) -> list[fs.BatchedEinsum]:
 def test_random_configurations_match_evaluate(dt, model, cl_queue):  # type: ignore[no-untyped-def]
     """Sampled configurations for a GPU model (and its default), run on the CPU device
     at odd element counts (a partial block, a partial grid-stride loop)."""
+    from gpu_model_cases import pocl_build_options, with_build_options
+
+    from feinsum.lowering.kernel import generate_loopy
     from feinsum.recipes.testing import check_configuration
 
     dev, rng = MODELS[model].info, np.random.default_rng(31)
@@ -73,8 +76,10 @@ def test_random_configurations_match_evaluate(dt, model, cl_queue):  # type: ign
         space = recipe().space(e, dev)
         configs = [recipe().default(e, dev), *space.sample(rng, n=2)]
         for params in configs:
+            t = with_build_options(recipe().apply(generate_loopy(e), params, e, dev),
+                                   pocl_build_options("dg_nodes", params))
             err = check_configuration(recipe(), e, params, ({sym: 37 + k}, {sym: 1001}),
-                                      cl_queue, device=dev)
+                                      cl_queue, device=dev, t_unit=t)
             cases.append((e, params, err))
     bad = [f"{e} {p}: {err}" for e, p, err in cases if err]
     assert not bad, "\n".join(bad)
@@ -83,17 +88,23 @@ def test_random_configurations_match_evaluate(dt, model, cl_queue):  # type: ign
 @pytest.mark.parametrize("params", [
     {"node_lanes": 35, "rows": 8, "elements": 1, "operator": "registers", "groups": 132},
     {"node_lanes": 4, "rows": 8, "elements": 3, "operator": "local", "groups": 264},
+    {"node_lanes": 5, "rows": 4, "elements": 2, "operator": "local", "groups": 0},
 ])
 def test_local_operator_variants(params, cl_queue):  # type: ignore[no-untyped-def]
     """The operator kept in registers, a grid-stride loop over the blocks, a tile of 3
     elements: the local operator at E = 73 and 1001."""
+    from gpu_model_cases import pocl_build_options, with_build_options
+
+    from feinsum.lowering.kernel import generate_loopy
     from feinsum.recipes.testing import check_configuration
 
     e = reference("local_x4")
     cfg = {**recipe().default(e, H100), **params, "rows_per_pass": 2}
     recipe().space(e, H100).validate(cfg)
+    t = with_build_options(recipe().apply(generate_loopy(e), cfg, e, H100),
+                           pocl_build_options("dg_nodes", cfg))
     assert check_configuration(recipe(), e, cfg, ({"n0": 73}, {"n0": 1001}), cl_queue,
-                               device=H100) is None
+                               device=H100, t_unit=t) is None
 
 
 # }}}

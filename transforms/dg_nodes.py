@@ -11,7 +11,9 @@ memory once per work-group by all its work-items (flat, coalesced; ``operator="r
 then each work-item's entries kept in registers); element data read by every node is
 staged per block the same way and read as broadcasts; ``rows_per_pass`` fields of a batch
 share every loop; ``groups``: work-groups looping over the element blocks (0: one block per
-work-group). See :mod:`feinsum.toolbox.nodes` and :mod:`feinsum.toolbox.node_plan`.
+work-group); ``split``: a loop over divergence's ``r`` around both stages, so that local
+memory holds one slice of the first stage's result. See :mod:`feinsum.toolbox.nodes` and
+:mod:`feinsum.toolbox.node_plan`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ GROUPS_PER_UNIT = range(tp.MAX_GROUPS_PER_UNIT + 1)
 
 def _layout(p: dict[str, Any]) -> tp.NodeLayout:
     return tp.NodeLayout(p["node_lanes"], p["rows"], p["elements"], p["rows_per_pass"],
-                         p["operator"] == "registers", p["groups"])
+                         p["operator"] == "registers", p["groups"], p["split"])
 
 
 def _misfit(e: Any, p: dict[str, Any], device: Any) -> str | None:
@@ -62,7 +64,7 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
          "rows": rc.PowersOfTwo(1, 64), "elements": rc.IntRange(1, 8),
          "rows_per_pass": rc.IntRange(1, e.nrows),
          "operator": rc.Choice(["local", "registers"] if uses_registers else ["local"]),
-         "groups": rc.Choice([k * units for k in GROUPS_PER_UNIT])},
+         "groups": rc.Choice([k * units for k in GROUPS_PER_UNIT]), "split": rc.Boolean()},
         [*tb.work_group_constraints(device, "node_lanes", "rows"),
          rc.Constraint("device_limits", lambda p: _misfit(e, p, device) is None,
                        "local memory, registers per work-item and per work-group, and code "
@@ -72,7 +74,11 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
          rc.Constraint("operator_in_registers", lambda p: p["operator"] == "local" or any(
              tp.access(e, td.element_stages(e, p["last"]), k, True) == "registers"
              for k in range(e.noperands)), "operator='registers' needs an operator that "
-             "carries its stage's lane index (choose another 'last')")])
+             "carries its stage's lane index (choose another 'last')"),
+         rc.Constraint("split_plan", lambda p: not p["split"] or tp.split_index(
+             e, td.element_stages(e, p["last"])) is not None, "split needs a plan whose "
+             "first stage's result goes through local memory and is reduced by the second "
+             "over an index of its own (divergence with last=2)")])
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
@@ -82,7 +88,8 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     last, lay = best
     return {"last": last, "node_lanes": lay.lanes, "rows": lay.rows,
             "elements": lay.elements, "rows_per_pass": lay.rows_per_pass,
-            "operator": "registers" if lay.registers else "local", "groups": lay.groups}
+            "operator": "registers" if lay.registers else "local", "groups": lay.groups,
+            "split": lay.split}
 
 
 def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:

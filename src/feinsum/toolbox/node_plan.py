@@ -52,6 +52,8 @@ class NodeLayout:
     registers: bool = False
     #: work-groups launched, each looping over blocks (0: one block per work-group)
     groups: int = 0
+    #: loop over the split index (:func:`split_index`) around the first two stages
+    split: bool = False
 
     @property
     def block(self) -> int:
@@ -113,6 +115,30 @@ def kept_private(e: BatchedEinsum, stages: Sequence[Stage], s: int) -> bool:
     """Whether stage *s*'s result stays in registers (the next stage has the same lane
     index) rather than going to local memory."""
     return s < len(stages) - 1 and stage_lane(e, stages, s) == stage_lane(e, stages, s + 1)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def split_index(e: BatchedEinsum, stages: Sequence[Stage]) -> str | None:
+    """The index a split layout loops over around the first two stages: an output index
+    of the first (not its lane index) that the second reduces, the first-stage result
+    going through local memory (divergence's ``r``: ``W[j]`` for one ``r`` at a time), so
+    that the local memory holds one slice of that result; ``None``: none."""
+    if len(stages) < 2 or kept_private(e, stages, 0):
+        return None
+    lane = stage_lane(e, stages, 0)
+    cands = [i for i in stages[0].out if i != lane and i not in stages[1].out]
+    return max(cands, key=lambda i: length(e, i)) if cands else None
+
+
+def outer(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> str | None:
+    """The index *layout* loops over around the first two stages (see :func:`split_index`)."""
+    return split_index(e, stages) if layout.split else None
+
+
+def stage_out(e: BatchedEinsum, stages: Sequence[Stage], s: int, split: str | None
+              ) -> tuple[str, ...]:
+    """Stage *s*'s output indices inside the loop over *split* (the first stage's lose it)."""
+    return tuple(i for i in stages[s].out if not (s == 0 and i == split))
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -236,9 +262,10 @@ def local_entries(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout)
             pre = math.prod(length(e, i) for i in e.in_indices[c][:k])
             total += pre * padded_entries(_element_entries(e, c) // pre * layout.block,
                                           layout) * n
-    for s, st in enumerate(stages[:-1]):
+    for s in range(len(stages) - 1):
         if not kept_private(e, stages, s):
-            total += math.prod(length(e, i) for i in st.out) * layout.block * slots(e, layout)
+            total += math.prod(length(e, i) for i in stage_out(
+                e, stages, s, outer(e, stages, layout))) * layout.block * slots(e, layout)
     return total
 
 
@@ -246,30 +273,29 @@ def local_entries(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout)
 def accumulators(e: BatchedEinsum, stages: Sequence[Stage], s: int, layout: NodeLayout
                  ) -> int:
     """Accumulators of stage *s* per work-item and pass."""
-    st = stages[s]
+
     lane = stage_lane(e, stages, s)
-    others = math.prod(length(e, i) for i in st.out if i != lane)
+    others = math.prod(length(e, i) for i in stage_out(e, stages, s, outer(e, stages, layout))
+                       if i != lane)
     return (min(layout.rows_per_pass, e.nrows) * layout.elements
             * chunks(length(e, lane), layout.lanes) * others)
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def register_values(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> int:
-    """Values a work-item keeps in registers at once: the most of any stage's accumulators
-    (with the previous stage's result kept in registers), and the operator entries of
-    ``registers``."""
-    most = 0
+    """Values a work-item keeps in registers: every stage's accumulators, the stage results
+    kept in registers, the operator entries of ``registers`` (all of them: a compiler
+    may reuse registers between stages, but a split layout keeps the second stage's
+    accumulators live through the first, and the performance model counts them all)."""
+    total = 0
     for s in range(len(stages)):
-        live = accumulators(e, stages, s, layout)
-        if s and kept_private(e, stages, s - 1):
-            live += accumulators(e, stages, s - 1, layout)
-        most = max(most, live)
+        total += accumulators(e, stages, s, layout) * (2 if kept_private(e, stages, s) else 1)
     for (r, c), owner in owners(e).items():
         if owner == r and access(e, stages, c, layout.registers) == "registers":
             lane = stage_lane(e, stages, stage_of(stages, c))
             n = math.prod(length(e, i) for i in e.in_indices[c] if i != lane)
-            most += n * chunks(length(e, lane), layout.lanes)
-    return most
+            total += n * chunks(length(e, lane), layout.lanes)
+    return total
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -291,7 +317,8 @@ def fetched_values(e: BatchedEinsum, stages: Sequence[Stage], s: int, layout: No
     """Values a work-item loads per reduction point of stage *s* (for one pass)."""
     total = 0
     for col in stages[s].inputs:
-        dims = fetch_dims(e, stages, s, col, layout.registers)
+        dims = fetch_dims(e, stages, s, col, layout.registers,
+                          outer(e, stages, layout))
         if dims is None:
             continue
         sizes = {"n": layout.elements,
@@ -304,9 +331,10 @@ def fetched_values(e: BatchedEinsum, stages: Sequence[Stage], s: int, layout: No
 @functools.lru_cache(maxsize=1 << 16)
 def registers(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> int:
     """An estimate of the 32-bit registers a work-item takes: the values it keeps
-    (:func:`register_values`) and loads per reduction point, and :data:`BASE_REGISTERS`."""
+    (:func:`register_values`) and loads per reduction point (every stage's), and
+    :data:`BASE_REGISTERS`."""
     words = -(-itemsize(e) // 4)
-    fetch = max(fetched_values(e, stages, s, layout) for s in range(len(stages)))
+    fetch = sum(fetched_values(e, stages, s, layout) for s in range(len(stages)))
     return BASE_REGISTERS + words * (register_values(e, stages, layout) + fetch)
 
 
@@ -351,13 +379,13 @@ def private_indices(e: BatchedEinsum, stages: Sequence[Stage], s: int, registers
 
 @functools.lru_cache(maxsize=1 << 16)
 def fetch_dims(e: BatchedEinsum, stages: Sequence[Stage], s: int, col: int | str,
-               registers: bool) -> tuple[str, ...] | None:
+               registers: bool, split: str | None = None) -> tuple[str, ...] | None:
     """What input *col* of stage *s* varies with among a work-item's accumulators
     (``"n"``: its elements, ``"t"``: the chunks of the lane index, the other output
     indices): it is loaded into registers once per reduction point with these dimensions.
     ``None``: read where it is used (already in registers, or a scalar)."""
-    st, lane = stages[s], stage_lane(e, stages, s)
-    others = [i for i in st.out if i != lane]
+    lane = stage_lane(e, stages, s)
+    others = [i for i in stage_out(e, stages, s, split) if i != lane]
     if col == "w":
         if kept_private(e, stages, s - 1):
             return None
@@ -514,12 +542,14 @@ def _candidates(e: BatchedEinsum, device: Any) -> Iterator[tuple[int | None, Nod
         stages = plan_stages(e, last)
         regs = [False, True] if any(access(e, stages, c, True) == "registers"
                                     for c in range(e.noperands)) else [False]
-        for n, f, reg in itertools.product((1, 2, 4, 8), range(1, e.nrows + 1), regs):
-            lay = NodeLayout(lanes, rows, n, f, reg)
+        splits = [False, True] if split_index(e, stages) else [False]
+        for n, f, reg, sp in itertools.product((1, 2, 4, 8), range(1, e.nrows + 1), regs,
+                                               splits):
+            lay = NodeLayout(lanes, rows, n, f, reg, 0, sp)
             yield last, lay
             # one wave of work-groups looping over the blocks: operators staged once
             yield last, NodeLayout(lanes, rows, n, f, reg, device.compute_units
-                                   * resident_groups(e, stages, lay, device))
+                                   * resident_groups(e, stages, lay, device), sp)
 
 
 class _Same:

@@ -74,12 +74,14 @@ from feinsum.toolbox.node_plan import (
     operator_entries,
     operator_offset,
     operator_row,
+    outer,
     owners,
     padded_entries,
     private_indices,
     slots,
     stage_lane,
     stage_of,
+    stage_out,
 )
 
 #: Copy loops of at most this many rounds are unrolled (the loads then overlap).
@@ -192,7 +194,12 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
     # {{{ per pass: the block's element copies, then the stages
 
     passes = [list(range(p, min(p + F, e.nrows))) for p in range(0, e.nrows, F)]
+    split = outer(e, stages, layout)
     for p, rows in enumerate(passes):
+        # a split layout loops over the split index around the first two stages
+        around = {f"{split}_p{p}x"} if split else set()
+        if split:
+            bounds[f"{split}_p{p}x"] = length(e, split)
         after = frozenset({f"*_p{p - 1}_*"} if p else set())
         copies = _element_copies(e, stages, layout, p, rows, e0, E, block, bounds, temp,
                                  dtype, loops, after)
@@ -201,16 +208,20 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
             lane = stage_lane(e, stages, s)
             nb, T = length(e, lane), chunks(length(e, lane), L0)
             tag = f"s{s}p{p}"
-            red_idx = [i for i in stage_indices(e, stages, s) if i not in st.out]
+            red_idx = [i for i in stage_indices(e, stages, s)
+                       if i not in st.out and not (s == 1 and i == split)]
             red = loops(red_idx, tag, private_indices(e, stages, s, layout.registers))
+            inside = around if s < 2 else set()  # statements inside the split loop
+            whole = around if s == 0 else set()  # ... init and fin included
             n, t = prim.Variable(f"n_{tag}"), prim.Variable(f"t_{tag}")
             bounds |= {n.name: NE, t.name: T}
             tags |= {n.name: "unr", t.name: "unr"}
-            oth = loops([i for i in st.out if i != lane], f"{tag}o")
+            oth = loops([i for i in stage_out(e, stages, s, split) if i != lane], f"{tag}o")
             cells = (n, t, *oth.values())
             inner = {n.name, t.name, *(v.name for v in oth.values())}
-            vals = {el: e0 + n * R + l1, lane: t * L0 + l0, **oth, **red}
-            priorities.append([*(v.name for v in red.values()), n.name, t.name,
+            vals = {el: e0 + n * R + l1, lane: t * L0 + l0, **oth, **red} | (
+                {split: prim.Variable(next(iter(around)))} if inside else {})
+            priorities.append([*inside, *(v.name for v in red.values()), n.name, t.name,
                                *(v.name for v in oth.values())])
             if s < len(stages) - 1:
                 _result_temps(e, stages, layout, s, p, rows, temp)
@@ -225,7 +236,7 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
                 cell = subscript(acc, *cells)
                 factors = []
                 for col in st.inputs:
-                    fd = fetch_dims(e, stages, s, col, layout.registers)
+                    fd = fetch_dims(e, stages, s, col, layout.registers, split)
                     if fd is None:
                         factors.append(_factor(e, stages, layout, s, r, col, vals, n, t, regs,
                                                own, E, l1))
@@ -248,7 +259,8 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
                                     fv.get("t", t), regs, own, E, l1),
                             id=fetched[name], depends_on=frozenset(needs),
                             within_inames=frozenset(block | {v.name for v in fv.values()}
-                                                    | {v.name for v in red.values()})))
+                                                    | {v.name for v in red.values()}
+                                                    | inside)))
                     factors.append(subscript(name, *(dims[d] for d in fd)) if fd
                                    else subscript(name, 0))
                 dest, guards = _destination(e, stages, layout, s, r, vals, n, t, partial, E)
@@ -263,23 +275,29 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
                 insns += [
                     lp.Assignment(moved(cell, "init"), e.value_dtype(r).type(0),
                                   id=f"init{sfx}", depends_on=after, within_inames=frozenset(
-                                      block | {f"{i}_init" for i in inner})),
+                                      block | whole | {f"{i}_init" for i in inner})),
                     lp.Assignment(cell, cell + prim.Product(tuple(factors)), id=f"upd{sfx}",
                                   depends_on=frozenset({*needs, f"init{sfx}",
                                                         *fetched.values()}),
                                   within_inames=frozenset(
-                                      block | inner | {v.name for v in red.values()})),
+                                      block | inner | inside
+                                      | {v.name for v in red.values()})),
                     lp.Assignment(moved(dest, "fin"), moved(cell, "fin"), id=f"fin{sfx}",
                                   predicates=frozenset(moved(g, "fin") for g in guards),
                                   depends_on=frozenset({f"upd{sfx}"}),
-                                  within_inames=frozenset(block | {f"{i}_fin" for i in inner}))]
+                                  within_inames=frozenset(
+                                      block | whole | {f"{i}_fin" for i in inner}))]
 
     # }}}
 
     # {{{ domain and the kernel
 
     cons = [f"0 <= l0 < {L0}", f"0 <= l1 < {R}"]
-    cons += [f"0 <= eg < {G} and 0 <= et and {B}*({G}*et + eg) < {nsym}" if G
+    # a looping grid: every group the same trips (the last blocks of some groups lie past
+    # the end: their loads are guarded, their stores too), so that the loop around the
+    # barriers does not depend on the group (PoCL's CPU device lost the local stores of
+    # some trips otherwise)
+    cons += [f"0 <= eg < {G} and 0 <= et and {B * G}*et < {nsym}" if G
              else f"0 <= eg and {B}*eg < {nsym}"]
     # one small domain per loop: ISL's work in code generation grows with the dimensions
     # of the domain an index is simplified in
@@ -336,7 +354,8 @@ def _result_temps(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout,
         for r in rows:
             temp(f"w{s}_r{r}", shape, dt)
     elif p == 0:
-        size = math.prod(length(e, i) for i in stages[s].out) * layout.block
+        size = math.prod(length(e, i) for i in stage_out(
+            e, stages, s, outer(e, stages, layout))) * layout.block
         for slot in range(len(rows)):
             temp(f"w{s}_{slot}", (size,), dt, True)
 
@@ -360,9 +379,10 @@ def _factor(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: in
         if kept_private(e, stages, s - 1):
             plane = stage_lane(e, stages, s - 1)
             return subscript(f"w{s - 1}_r{r}", n, t, *(vals[i] for i in prev.out if i != plane))
-        size = math.prod(length(e, i) for i in prev.out)
+        pout = stage_out(e, stages, s - 1, outer(e, stages, layout))
+        size = math.prod(length(e, i) for i in pout)
         return subscript(f"w{s - 1}_{r % slots(e, layout)}",
-                         local_el * size + flat(e, prev.out, vals))
+                         local_el * size + flat(e, pout, vals))
     c = int(col)
     idx = e.in_indices[c]
     mode = access(e, stages, c, layout.registers)
@@ -400,9 +420,10 @@ def _destination(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, 
     lane = stage_lane(e, stages, s)
     if kept_private(e, stages, s):
         return subscript(f"w{s}_r{r}", n, t, *(vals[i] for i in st.out if i != lane)), set()
-    size = math.prod(length(e, i) for i in st.out)
+    out = stage_out(e, stages, s, outer(e, stages, layout))
+    size = math.prod(length(e, i) for i in out)
     return subscript(f"w{s}_{r % slots(e, layout)}",
-                     (n * layout.rows + prim.Variable("l1")) * size + flat(e, st.out, vals)
+                     (n * layout.rows + prim.Variable("l1")) * size + flat(e, out, vals)
                      ), partial
 
 
