@@ -181,7 +181,8 @@ def test_default_uses_the_device_limits() -> None:
         p = recipe().default(e, dev)
         recipe().space(e, dev).validate(p)
         seen[m] = (p["node_lanes"], p["rows"], p["elements"])
-        lay = tp.NodeLayout(p["node_lanes"], p["rows"], p["elements"])
+        lay = tp.NodeLayout(p["node_lanes"], p["rows"], p["elements"], p["rows_per_pass"],
+                            p["operator"] == "registers", p["groups"], p["split"])
         assert tp.local_entries(e, td.element_stages(e, p["last"]), lay) * 8 <= (
             dev.local_mem_size)
     assert len(set(seen.values())) > 1, seen
