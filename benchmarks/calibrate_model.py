@@ -11,6 +11,11 @@ compared with the record's). The model of ``--model`` predicts it; the script pr
 record's predicted and measured time, their ratio and the bounding resource, the ratio
 spread, and per workload Spearman's rank correlation and the share of pairs in order.
 
+The script runs with the hash seed the timing workers generate code with
+(``PYTHONHASHSEED=0``, :data:`feinsum.timing.isolation.CODE_HASH_SEED`; it starts itself
+again with it if needed): loopy's code for some kernels depends on the seed, and the code
+predicted must be the code that was timed.
+
 ``--rst FILE`` writes the table docs/performance-model.rst includes; ``--json FILE`` writes
 ``--subset`` records per workload (the fastest, the slowest and evenly between, by measured
 time) for ``tests/test_prediction_h200.py``. Nothing is fitted here: the model's constants
@@ -81,15 +86,19 @@ def subset(records: list[Any], per_workload: int) -> list[Any]:
     return out
 
 
-def _rst(rows: list[tuple[Any, Any]], summary: Any, model: str) -> str:
-    head = ("id", "workload", "recipe", "measured ms", "predicted ms", "ratio", "bound")
+def _rst(rows: list[tuple[Any, Any, bool]], summary: Any, model: str) -> str:
+    head = ("id", "workload", "recipe", "measured ms", "predicted ms", "ratio", "bound",
+            "code")
     body = [(str(r.id), r.workload, r.recipe, f"{r.seconds * 1e3:.4g}",
-             f"{p.seconds * 1e3:.4g}", f"{p.seconds / r.seconds:.2f}", p.limit)
-            for r, p in rows]
+             f"{p.seconds * 1e3:.4g}", f"{p.seconds / r.seconds:.2f}", p.limit,
+             "as measured" if same else "differs")
+            for r, p, same in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
     rule = "  ".join("=" * w for w in widths)
-    lines = [rule, "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)), rule]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths, strict=True)) for b in body]
+    lines = [rule, "  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip(),
+             rule]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths, strict=True)).rstrip()
+              for b in body]
     lines.append(rule)
     ws = sorted(summary.spearman)
     lines += ["", f"Model ``{model}``: {summary.count} records, "
@@ -104,6 +113,13 @@ def _rst(rows: list[tuple[Any, Any]], summary: Any, model: str) -> str:
 
 
 def main() -> None:
+    import os
+
+    from feinsum.timing.isolation import CODE_HASH_SEED
+
+    if os.environ.get("PYTHONHASHSEED") != CODE_HASH_SEED:
+        env = {**os.environ, "PYTHONHASHSEED": CODE_HASH_SEED}
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", type=Path, default=DEFAULT_DB)
     ap.add_argument("--model", default="h200", help="the device model that predicts")
@@ -124,12 +140,12 @@ def main() -> None:
     for r in records:
         t0 = time.perf_counter()
         p, same = r.check(args.model)
-        rows.append((r, p))
+        rows.append((r, p, same))
         print(f"{r.id:>4} {r.workload:<11} {r.recipe:<14} {r.seconds * 1e3:>8.4f}ms "
               f"{p.seconds * 1e3:>8.4f}ms {p.seconds / r.seconds:>6.2f}  {p.limit:<9} "
               f"{'same' if same else 'DIFFERS'} ({time.perf_counter() - t0:.1f} s)",
               flush=True)
-    s = summarise(rows)
+    s = summarise((r, p) for r, p, _ in rows)
     logs = sorted(math.log(x) for x in s.ratios)
     print(f"\n{s.count} records: {s.within_2x:.0%} within 0.5-2x, geometric mean error "
           f"{s.geometric_error:.2f}x, median ratio {math.exp(logs[len(logs) // 2]):.2f}")

@@ -11,9 +11,10 @@ from feinsum.cli.common import (
     add_json_argument,
     emit_json,
 )
+from feinsum.cli.predicted import add_model_argument
 from feinsum.cli.specargs import add_spec_arguments, parse_lengths, spec_from_args
 
-STRATEGIES = ("auto", "exhaustive", "random", "model")
+STRATEGIES = ("auto", "predicted", "exhaustive", "random", "model")
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -28,7 +29,8 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     g.add_argument("--recipe-path", action="append", default=None, metavar="DIR",
                    help="extra directory of recipe files (repeatable)")
     g.add_argument("--strategy", choices=STRATEGIES, default="auto",
-                   help="search strategy (auto: exhaustive for small spaces, else model-based)")
+                   help="search strategy (auto: the performance model's order on a GPU it "
+                   "describes, else exhaustive for small spaces and model-based for others)")
     g.add_argument("--budget", type=int, default=None, metavar="N",
                    help="configurations to evaluate in all, records already in the database "
                    "included (default: the autotuner's, 100)")
@@ -44,6 +46,13 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
                    help="record nothing (no resume; the database is not opened)")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no progress bar; print only the final table")
+    g = parser.add_argument_group("prediction")
+    g.add_argument("--dry-run", action="store_true",
+                   help="measure nothing: print the configurations the tuner would measure "
+                   "first, in the performance model's order, with their predicted times")
+    add_model_argument(g)  # type: ignore[arg-type]
+    g.add_argument("--show", type=int, default=4, metavar="N",
+                   help="with --dry-run: candidates shown per recipe (default 4)")
     add_json_argument(parser)
 
 
@@ -91,6 +100,15 @@ def run(args: argparse.Namespace) -> int:
     spec = found.einsum if found is not None else spec_from_args(args)
     lengths = check_lengths(spec, parse_lengths(args.lengths))
     check_search_options(args)
+    if args.dry_run:
+        from feinsum.cli.predicted import dry_run
+
+        return dry_run(args, spec, lengths)
+    if args.model:
+        from feinsum.errors import SpecificationError
+
+        raise SpecificationError("--model predicts, it does not tune: add --dry-run (tuning "
+                                 "measures on a real --device)")
 
     from feinsum.devices.opencl import get_device
 

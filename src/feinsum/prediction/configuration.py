@@ -64,4 +64,7 @@ def _cached(recipe: Any, spec: BatchedEinsum, params: str, dev: DeviceInfo,
         t_unit = recipe.apply(generate_loopy(spec), json.loads(params), spec, dev)
     except (InvalidConfigurationError, RecipeFailure) as exc:
         raise PredictionError(f"{recipe.name} cannot generate {params}: {exc}") from exc
+    except Exception as exc:  # a recipe's own bug: one line, not loopy's traceback
+        raise PredictionError(f"{recipe.name} failed to generate {params}: "
+                              f"{type(exc).__name__}: {exc}") from exc
     return predict(t_unit, device, lens, roofline_seconds=roofline_seconds(spec, lens, device))

@@ -347,9 +347,20 @@ class _Reader:
                                                    *((w, True) for w in writes)]):
             space, var = self._space(name)
             if space is not None:
-                found.append((space, var, write, idx, lane_spans(var, idx, contexts, vec),
+                found.append((space, var, write, idx, self._spans(var, idx, contexts, vec),
                               i in reads.conditional))
         return found
+
+    def _spans(self, var: Any, idx: Any, contexts: list[dict[str, int]],
+               vec: frozenset[str]) -> list[tuple[int, int]]:
+        """The lanes' bytes of ``var[idx]``; an index the model cannot evaluate counts as one
+        line per lane (the worst case), named in the notes."""
+        try:
+            return lane_spans(var, idx, contexts, vec)
+        except PredictionError as exc:
+            self.notes.append(f"{exc}: counted as one cache line per lane")
+            return [(i * self.hw.line_bytes, i * self.hw.line_bytes + 4)
+                    for i in range(len(contexts))]
 
     def _ops(self, insn: Any) -> tuple[Ops, int]:
         import loopy as lp

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from feinsum.devices.info import DeviceInfo
+from feinsum.errors import PredictionError
 from feinsum.prediction.accesses import Access
 from feinsum.prediction.hardware import Hardware, hardware_for
 from feinsum.prediction.kernels import DeviceKernel, KernelStats, read_kernel
@@ -199,4 +200,11 @@ def predict(t_unit: Any, device: DeviceInfo | str, lengths: Mapping[str, int], *
     roofline's time of the computation (default: from the kernel's own flops and DRAM
     bytes)."""
     hw = hardware_for(device)
-    return combine(read_kernel(t_unit, lengths, hw), hw, roofline_seconds)
+    try:
+        stats = read_kernel(t_unit, lengths, hw)
+    except PredictionError:
+        raise
+    except Exception as exc:  # loopy cannot preprocess, linearize or count the kernel
+        raise PredictionError(f"the performance model cannot read this kernel: "
+                              f"{type(exc).__name__}: {exc}") from exc
+    return combine(stats, hw, roofline_seconds)
