@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_recipe_dg_transposed import specs  # small members: 19, 9, 16, 6 nodes
 
 import feinsum as fs
 from feinsum.devices.models import MODELS
@@ -37,22 +38,6 @@ def recipe():  # type: ignore[no-untyped-def]
 @functools.cache
 def reference(name: str) -> fs.BatchedEinsum:
     return canonicalize(workloads(small=True)[name].spec)
-
-
-def specs(dt: str) -> list[fs.BatchedEinsum]:
-    """Small members of the family, the element count a runtime symbol; the output rows
-    have 19, 9, 16 and 6 entries."""
-    a = fs.array
-    return [
-        fs.einsum("xre,rij,xej->ei", a("J", (2, 2, "E"), dt), a("D", (2, 19, 5), dt),
-                  a("u", (2, "E", 5), dt)),
-        fs.einsum("xre,rij,ej->xei", a("J", (3, 2, "E"), dt), a("D", (2, 9, 5), dt),
-                  a("u", ("E", 5), dt)),
-        fs.batched_einsum("ifj,fe,fej->ei", [[a("L", (16, 3, 5), dt), a("J", (3, "E"), dt),
-                                              a(f"v{k}", (3, "E", 5), dt)] for k in range(3)]),
-        fs.batched_einsum("ij,ej->ei", [[a("D", (6, 9), dt), a(f"u{k}", ("E", 9), dt)]
-                                        for k in range(2)]),
-    ]
 
 
 # {{{ results on the CPU device
