@@ -101,10 +101,10 @@ def test_every_recipe_claims_workloads_on_gpu_models() -> None:
     and elementwise recipes none on the Apple model: their workloads are float64, it has
     no fp64)."""
     claims = _claims()
-    for recipe in ("generic", "contraction", "dg_operator", "dg_transposed", "tiled_1d",
-                   "tiled_2d", "elementwise"):
+    for recipe in ("generic", "contraction", "dg_operator", "dg_transposed", "dg_nodes",
+                   "tiled_1d", "tiled_2d", "elementwise"):
         for m in MODELS:
-            if recipe in ("dg_operator", "dg_transposed", "elementwise") and not (
+            if recipe in ("dg_operator", "dg_transposed", "dg_nodes", "elementwise") and not (
                     MODELS[m].info.has_fp64):
                 continue
             assert any(r == recipe and mm == m for r, _, mm in claims), (recipe, m)
