@@ -220,7 +220,7 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
             cells = (n, t, *oth.values())
             inner = {n.name, t.name, *(v.name for v in oth.values())}
             vals = {el: e0 + n * R + l1, lane: t * L0 + l0, **oth, **red} | (
-                {split: prim.Variable(next(iter(around)))} if inside else {})
+                {split: prim.Variable(next(iter(around)))} if inside and split else {})
             priorities.append([*inside, *(v.name for v in red.values()), n.name, t.name,
                                *(v.name for v in oth.values())])
             if s < len(stages) - 1:
