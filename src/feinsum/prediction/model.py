@@ -35,8 +35,11 @@ from feinsum.prediction.accesses import Access
 from feinsum.prediction.hardware import Hardware, hardware_for
 from feinsum.prediction.kernels import DeviceKernel, KernelStats, read_kernel
 
-#: warp instructions a rolled loop costs per iteration (increment, compare-and-branch)
-LOOP_INSTRUCTIONS = 2.0
+#: warp instructions a rolled loop costs per iteration (increment, compare, branch)
+LOOP_INSTRUCTIONS = 3.0
+#: warp instructions a loop body's check of its domain costs per iteration (the index,
+#: the comparison, the branch)
+GUARD_INSTRUCTIONS = 3.0
 #: integer instructions that compute a global access's address
 ADDRESS_INSTRUCTIONS = 1.0
 RESOURCES = ("issue", "fp", "sfu", "lsu", "dram", "latency", "launch")
@@ -119,22 +122,37 @@ def _wavefronts(a: Access, hw: Hardware) -> float:
     return a.wavefronts
 
 
+def issued(k: DeviceKernel) -> dict[str, float]:
+    """Warp instructions device kernel *k* issues (whole launch), by kind: ``fp``,
+    ``sfu``, ``other`` (integer, logic, selects), ``memory`` (per access its load or store
+    instructions, and an address computation per global access), ``loop`` (rolled-loop overhead)."""
+    out = dict.fromkeys(("fp", "sfu", "other", "memory", "loop"), 0.0)
+    for s in k.statements:
+        out["fp"] += s.warp_runs * s.fp
+        out["sfu"] += s.warp_runs * s.sfu
+        out["other"] += s.warp_runs * s.other
+    for a in k.accesses:
+        out["memory"] += a.runs * (a.instructions + (ADDRESS_INSTRUCTIONS
+                                                     if a.space == "global" else 0.0))
+    out["loop"] = (k.loop_iterations * LOOP_INSTRUCTIONS
+                   + k.guarded_iterations * GUARD_INSTRUCTIONS + k.pointer_increments)
+    return out
+
+
 def kernel_components(k: DeviceKernel, hw: Hardware) -> dict[str, float]:
     """Seconds each resource needs for device kernel *k* (DRAM and launch aside)."""
     busiest = math.ceil(k.groups / hw.compute_units) / k.groups
     cycle = 1.0 / hw.clock_hz
-    issue = fp32 = fp64 = sfu = lsu = 0.0
+    issue = sum(issued(k).values())
+    fp32 = fp64 = sfu = lsu = 0.0
     for s in k.statements:
-        issue += s.warp_runs * (s.fp + s.sfu + s.other)
         if s.itemsize == 8:
             fp64 += s.warp_runs * s.fp
         else:
             fp32 += s.warp_runs * s.fp
         sfu += s.warp_runs * s.sfu
     for a in k.accesses:
-        issue += a.runs * (1.0 + (ADDRESS_INSTRUCTIONS if a.space == "global" else 0.0))
         lsu += a.runs * _wavefronts(a, hw)
-    issue += k.loop_iterations * LOOP_INSTRUCTIONS
     resident, _ = occupancy(k, hw)
     waves = math.ceil(math.ceil(k.groups / hw.compute_units) / resident)
     fp = fp32 / hw.fp32_per_clock + (fp64 / hw.fp64_per_clock if fp64 else 0.0)
