@@ -1,12 +1,12 @@
-"""Which loops the code generator guards inside: their bounds are not one affine
-expression each.
+"""Which unrolled loops check their domain in every copy of their body.
 
-loopy generates a sequential loop over the bounds of its index given the enclosing loops
-(the outer indices, the local and group ids and the lengths are known there); where the
-lowest upper bound (or the highest lower bound) is a minimum of several pieces, as
-``min(127, n1 - 1 - 128*jt)`` of the last tile of a tiled loop, it takes the piece that
-bounds them all and checks the rest in the loop body (``if (jt*128 + jj < n1)``): an
-index computation, a comparison and a branch in every iteration.
+loopy generates a rolled loop over the exact bounds of its index given the enclosing loops
+(a minimum of several pieces becomes a ``?:`` in the loop's bound), so its body needs no
+check. An unrolled loop has as many copies as its longest trip; where its bounds given the
+enclosing loops, the local and group ids and the lengths are not constant (the last tile
+of a tile whose length the lengths do not divide), every copy is guarded by an ``if``: a
+comparison and a branch. So is every statement with a predicate (``if=``), which the model
+counts from the predicate's expression.
 """
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ from typing import Any
 
 
 def guarded(knl: Any, loops: Sequence[str], known: Collection[str]) -> bool:
-    """Whether the body of the innermost loop of *loops* (the enclosing sequential loops,
-    outermost first) checks its domain; *known*: the local and group ids."""
+    """Whether the copies of the innermost loop of *loops* (the enclosing loops, outermost
+    first), an unrolled one, check their domain; *known*: the local and group ids."""
     import islpy as isl
 
     iname = loops[-1]
     dom = knl.get_inames_domain(frozenset(loops))
     usable = (set(loops) | set(known)) - {iname}
-    names = dom.get_var_names(isl.dim_type.set)
-    for n in reversed(names):  # indices of inner loops are not known here
+    for n in reversed(dom.get_var_names(isl.dim_type.set)):  # inner loops: unknown here
         if n != iname and n not in usable:
             idx = dom.get_var_names(isl.dim_type.set).index(n)
             dom = dom.project_out(isl.dim_type.set, idx, 1)
@@ -33,10 +32,10 @@ def guarded(knl: Any, loops: Sequence[str], known: Collection[str]) -> bool:
             idx = dom.get_var_names(isl.dim_type.set).index(n)
             dom = dom.move_dims(isl.dim_type.param, dom.dim(isl.dim_type.param),
                                 isl.dim_type.set, idx, 1)
-    assumptions = knl.assumptions
-    dom, assumptions = isl.align_two(dom, assumptions)
+    dom, assumptions = isl.align_two(dom, knl.assumptions)
     dom = dom & assumptions
     for bound in (dom.dim_max(0), dom.dim_min(0)):
-        if bound.gist(dom.params()).coalesce().n_piece() > 1:
+        pieces = bound.gist(dom.params()).coalesce().get_pieces()
+        if len(pieces) != 1 or not pieces[0][1].is_cst():
             return True
     return False

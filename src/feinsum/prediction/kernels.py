@@ -32,6 +32,8 @@ from feinsum.prediction.hardware import Hardware
 from feinsum.prediction.ops import OpCounter, Ops
 from feinsum.prediction.reuse import Placed, placed_arithmetic
 
+#: warp instructions of a copy of an unrolled loop that checks its domain (compare, branch)
+CHECK_INSTRUCTIONS = 2.0
 _FAST_MATH = ("-cl-fast-relaxed-math", "-cl-unsafe-math-optimizations")
 _CVEC = re.compile(r"\b(vload|vstore)(\d+)\((?:[^;]*?,\s*)?0,\s*(\w+)\s*\+\s*(\w+)\)")
 
@@ -75,10 +77,11 @@ class DeviceKernel:
     #: barriers one work-group passes; iterations of rolled loops, all warps together
     barriers: float
     loop_iterations: float
-    #: checks (all warps) of a loop body's domain (:mod:`feinsum.prediction.guards`) or of
-    #: a statement's predicates (one per predicate and loop body), and local-array pointers
-    #: advanced per rolled-loop iteration
-    guarded_iterations: float = 0.0
+    #: warp instructions of checks: a statement's predicates (once per predicate and loop
+    #: body: the predicate's expression and a branch), the domain of each copy of an
+    #: unrolled loop (:mod:`feinsum.prediction.guards`: a comparison and a branch); and
+    #: local-array pointers advanced per rolled-loop iteration (all warps)
+    check_instructions: float = 0.0
     pointer_increments: float = 0.0
 
 
@@ -235,7 +238,7 @@ class _Reader:
         group_size = max(1, math.prod(lsize))
         warps = math.ceil(group_size / self.hw.subgroup)
         loops: list[str] = []
-        barriers = iterations = guards = 0.0
+        barriers = iterations = checks = 0.0
         # the local arrays each rolled loop's body indexes by its index: one pointer each
         streams: dict[tuple[str, ...], set[str]] = {}
         entered, open_ids, checked = 0, [0], set[tuple[int, str]]()
@@ -250,8 +253,9 @@ class _Reader:
                 if item.iname not in self.unrolled | self.vec:
                     iterations += runs
                     streams[tuple(loops)] = set()
-                if guarded(self.knl, loops, set(self.local) | set(self.group)):
-                    guards += runs
+                elif item.iname in self.unrolled and guarded(
+                        self.knl, loops, set(self.local) | set(self.group)):
+                    checks += runs * CHECK_INSTRUCTIONS
             elif isinstance(item, LeaveLoop):
                 loops.pop()
                 open_ids.pop()
@@ -263,8 +267,8 @@ class _Reader:
                 for p in insn.predicates:  # one check per predicate and loop body
                     if (open_ids[-1], str(p)) not in checked:
                         checked.add((open_ids[-1], str(p)))
-                        guards += (self.count(frozenset(loops)) if loops else 1.0) * (
-                            groups * warps)
+                        checks += (self.count(frozenset(loops)) if loops else 1.0) * (
+                            groups * warps) * (OpCounter(4, False)(p).instructions + 1)
         increments = sum(len(names) * self.count(frozenset(key)) * groups * warps
                          for key, names in streams.items())
         stmts: list[Statement] = []
@@ -278,7 +282,7 @@ class _Reader:
         registers, stack = self._registers(ids)
         return DeviceKernel(name, groups, group_size, self._local_bytes(ids), registers,
                             stack, tuple(stmts), tuple(accesses.values()), barriers,
-                            iterations, guards, increments)
+                            iterations, checks, increments)
 
     def _streams(self, insn: Any, loops: list[str],
                  streams: dict[tuple[str, ...], set[str]]) -> None:

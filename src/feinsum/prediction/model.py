@@ -18,7 +18,8 @@ most work-groups (``ceil(groups / compute units)``: the tail of the last wave co
   work-group size).
 
 The kernel takes its largest bound, plus the share of the second-largest that does not
-overlap it, plus the launch; a translation unit its kernels in sequence. The constants are
+overlap it (``issue``, ``fp`` and ``sfu`` are one instruction stream: only their largest
+counts), plus the launch; a translation unit its kernels in sequence. The constants are
 the hardware's (:mod:`feinsum.prediction.hardware`), none per workload.
 """
 
@@ -37,9 +38,6 @@ from feinsum.prediction.kernels import DeviceKernel, KernelStats, read_kernel
 
 #: warp instructions a rolled loop costs per iteration (increment, compare, branch)
 LOOP_INSTRUCTIONS = 3.0
-#: warp instructions a loop body's check of its domain costs per iteration (the index,
-#: the comparison, the branch)
-GUARD_INSTRUCTIONS = 3.0
 #: integer instructions that compute a global access's address
 ADDRESS_INSTRUCTIONS = 1.0
 RESOURCES = ("issue", "fp", "sfu", "lsu", "dram", "latency", "launch")
@@ -134,8 +132,8 @@ def issued(k: DeviceKernel) -> dict[str, float]:
     for a in k.accesses:
         out["memory"] += a.runs * (a.instructions + (ADDRESS_INSTRUCTIONS
                                                      if a.space == "global" else 0.0))
-    out["loop"] = (k.loop_iterations * LOOP_INSTRUCTIONS
-                   + k.guarded_iterations * GUARD_INSTRUCTIONS + k.pointer_increments)
+    out["loop"] = (k.loop_iterations * LOOP_INSTRUCTIONS + k.check_instructions
+                   + k.pointer_increments)
     return out
 
 
@@ -165,11 +163,19 @@ def kernel_components(k: DeviceKernel, hw: Hardware) -> dict[str, float]:
     }
 
 
+#: bounds of one instruction stream: the fp and special-function instructions are issued
+#: instructions too, their pipes run beside the schedulers, so they never add to each other
+SAME_STREAM = ("issue", "fp", "sfu")
+
+
 def kernel_seconds(comp: dict[str, float], hw: Hardware) -> tuple[float, str]:
     """A device kernel's seconds from its bounds: the largest, plus the part of the
-    second-largest that does not overlap it (:attr:`Hardware.overlap`); and the largest's
-    name."""
-    ranked = sorted(comp, key=comp.__getitem__, reverse=True)
+    second-largest that does not overlap it (:attr:`Hardware.overlap`), the second taken
+    among the resources independent of the largest (of :data:`SAME_STREAM` only the
+    largest counts); and the largest's name."""
+    stream = max((r for r in SAME_STREAM if r in comp), key=comp.__getitem__, default=None)
+    ranked = sorted((r for r in comp if r not in SAME_STREAM or r == stream),
+                    key=comp.__getitem__, reverse=True)
     second = comp[ranked[1]] if len(ranked) > 1 else 0.0
     return comp[ranked[0]] + hw.overlap * second, ranked[0]
 
