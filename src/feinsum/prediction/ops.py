@@ -10,7 +10,7 @@ keeps of it:
 * each distinct subexpression once (:meth:`OpCounter.nodes`: the compiler computes ``(x -
   y) * (x - y)`` as one subtraction and one multiplication); what is shared *between*
   statements, and what is invariant in a loop, :mod:`feinsum.prediction.reuse` finds;
-* ``a + b*c`` fused into one FMA; a factor of ``1`` or ``-1`` free (a negation is an operand
+* ``a + b*c`` (and ``a + b**2``) fused into one FMA; a factor of ``1`` or ``-1`` free (a negation is an operand
   modifier of NVIDIA's and AMD's fp instructions, so is ``fabs``); a constant expression
   folded; a logical ``!`` free (a negated predicate), an ``&&`` or ``||`` one instruction
   (a predicate operation, or a second select);
@@ -119,6 +119,10 @@ def _factors(expr: prim.Product) -> tuple[list[Any], int]:
     return rest, len(rest) - 1 + (0 if const in (1, -1) else 1)
 
 
+def _is_square(x: Any) -> bool:
+    return isinstance(x, prim.Power) and x.exponent == 2
+
+
 def _index_names(index: Any) -> frozenset[str]:
     from loopy.symbolic import get_dependencies
 
@@ -213,7 +217,8 @@ class OpCounter:
         deps: frozenset[str] = frozenset()
         fusable = adds
         for t in terms:
-            rest, mults = _factors(t) if isinstance(t, prim.Product) else ([], 0)
+            rest, mults = _factors(t) if isinstance(t, prim.Product) else (
+                [t.base], 1) if _is_square(t) else ([], 0)
             if mults and fusable > 0:
                 fusable -= 1
                 fp += mults  # the last multiplication fused with an addition
