@@ -86,6 +86,9 @@ def test_a_repeated_subexpression_is_counted_once() -> None:
     assert _ops(-1 * x * y) == (0, 1)  # the factor -1 is no multiplication
     assert _ops(p.Call(p.Variable("fabs"), (x,)) * y) == (0, 1)  # |x| is a modifier
     assert _ops(2 * 3 * x) == (0, 1)  # constants folded
+    # a*b*c is (a*b)*c: a*b computed once for both products
+    assert _ops(p.Product((a, b, x)) + p.Product((a, b, y))) == (0, 3)
+    assert _ops(c + p.Product((a, b, x))) == (0, 2)  # a*b, then an FMA
 
 
 def test_selects_and_logic() -> None:

@@ -18,7 +18,7 @@ vector widths count as the code computes them:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,15 +86,20 @@ class _Evaluator(EvaluationMapper):  # type: ignore[misc]
 
 class SubscriptCollector(WalkMapper):  # type: ignore[misc]
     """Every ``name[index]`` and bare variable an expression reads; *conditional* names
-    those read under a ``?:``."""
+    those read under a ``?:``. *implied*: whether a condition always holds where the
+    expression runs (the compiler folds such a ``?:`` into its first branch)."""
 
-    def __init__(self) -> None:
+    def __init__(self, implied: Callable[[Any], bool] | None = None) -> None:
         super().__init__()
         self.found: list[tuple[str, tuple[Any, ...] | None]] = []
         self.conditional: set[int] = set()
         self._depth = 0
+        self._implied = implied
 
     def map_if(self, expr: prim.If, *args: Any) -> None:
+        if self._implied is not None and self._implied(expr.condition):
+            self.rec(expr.then, *args)
+            return
         self.rec(expr.condition, *args)
         self._depth += 1
         self.rec(expr.then, *args)

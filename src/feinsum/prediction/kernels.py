@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -416,7 +416,7 @@ class _Reader:
                     found.append((space, var, kind == "vstore", offset, lane_spans(
                         var, (offset,), contexts, flat=True, width=int(width)), False))
             return found
-        reads = SubscriptCollector()
+        reads = SubscriptCollector(self._implied(insn))
         reads(insn.expression)
         writes = [(a.aggregate.name, a.index if isinstance(a.index, tuple) else (a.index,))
                   if hasattr(a, "aggregate") else (a.name, None) for a in insn.assignees]
@@ -429,6 +429,24 @@ class _Reader:
                 found.append((space, var, write, idx, self._spans(var, idx, contexts, vec),
                               i in reads.conditional))
         return found
+
+    def _implied(self, insn: Any) -> Callable[[Any], bool]:
+        """Whether a condition holds everywhere in *insn*'s domain (an affine one only)."""
+        import islpy as isl
+        from loopy.symbolic import condition_to_set
+
+        dom, assumptions = isl.align_two(self.knl.get_inames_domain(insn.within_inames),
+                                         self.knl.assumptions)
+        dom = dom & assumptions
+
+        def implied(cond: Any) -> bool:
+            try:
+                holds = condition_to_set(dom.space, cond)
+            except Exception:  # noqa: BLE001 (not an affine condition loopy can read)
+                return False
+            return holds is not None and dom.is_subset(holds)
+
+        return implied
 
     def _spans(self, var: Any, idx: Any, contexts: list[dict[str, int]],
                vec: frozenset[str]) -> list[tuple[int, int]]:

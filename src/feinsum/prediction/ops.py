@@ -8,7 +8,8 @@ expression only (indices are the compiler's address arithmetic) and counts what 
 keeps of it:
 
 * each distinct subexpression once (:meth:`OpCounter.nodes`: the compiler computes ``(x -
-  y) * (x - y)`` as one subtraction and one multiplication); what is shared *between*
+  y) * (x - y)`` as one subtraction and one multiplication, and ``a*b*c`` as ``(a*b)*c``,
+  its ``a*b`` shared with ``a*b*d``); what is shared *between*
   statements, and what is invariant in a loop, :mod:`feinsum.prediction.reuse` finds;
 * ``a + b*c`` (and ``a + b**2``) fused into one FMA; a factor of ``1`` or ``-1`` free (a negation is an operand
   modifier of NVIDIA's and AMD's fp instructions, so is ``fabs``); a constant expression
@@ -177,7 +178,11 @@ class OpCounter:
             return self._sum(expr, found)
         if isinstance(expr, prim.Product):
             rest, mults = _factors(expr)
-            return self._node(expr, found, self._all(rest, found), mults)
+            if mults < 2:
+                return self._node(expr, found, self._all(rest, found), mults)
+            # C multiplies left to right: ``a*b*c`` is ``(a*b)*c``, its ``a*b`` shared
+            # with every product that starts with it
+            return self._node(expr, found, self._prefix(expr, found), 1)
         if isinstance(expr, prim.Quotient):
             sfu, fp = _DIVISION[self.column]
             deps = self._all((expr.numerator, expr.denominator), found)
@@ -221,14 +226,20 @@ class OpCounter:
                 [t.base], 1) if _is_square(t) else ([], 0)
             if mults and fusable > 0:
                 fusable -= 1
-                fp += mults  # the last multiplication fused with an addition
-                flops += mults + 1
-                deps |= self._all(rest, found)
+                fp += 1  # the last multiplication fused with an addition
+                flops += 2
+                deps |= (self._prefix(t, found) if mults > 1 else self._all(rest, found))
             else:
                 deps |= self._rec(t, found)
         fp += fusable
         flops += fusable
         return self._node(expr, found, deps, fp, flops)
+
+    def _prefix(self, expr: prim.Product, found: dict[Any, Node]) -> frozenset[str]:
+        """Registers the product of all factors of *expr* but the last (a node of its own)
+        and the last; returns what both depend on."""
+        *first, last = expr.children
+        return self._rec(prim.Product(tuple(first)), found) | self._rec(last, found)
 
     def _call(self, expr: prim.Call, found: dict[Any, Node]) -> frozenset[str]:
         name = _function_name(expr)
