@@ -112,10 +112,10 @@ def _latency_cycles(k: DeviceKernel, hw: Hardware) -> float:
 
 
 def _wavefronts(a: Access, hw: Hardware) -> float:
-    """L1 / local-memory wavefronts of one warp execution of access *a*: a global read
-    resolves :attr:`Hardware.lines_per_wavefront` lines per wavefront, a global write
-    one line per wavefront, a local access its bank conflicts, stack its bytes."""
-    if a.space == "global" and not a.write:
+    """L1 / local-memory wavefronts of one warp execution of access *a*: a global or stack
+    read (both through the L1) resolves :attr:`Hardware.lines_per_wavefront` lines per
+    wavefront, a write one line per wavefront, a local access its bank conflicts."""
+    if a.space in ("global", "stack") and not a.write:
         return max(1.0, a.wavefronts / hw.lines_per_wavefront)
     return a.wavefronts
 
