@@ -111,8 +111,8 @@ def to_ptx(source: str) -> str:
         (d / "k.cl").write_text(PRELUDE + source)
         steps = [
             ["clang-14", "-x", "cl", "-cl-std=CL1.2", "-target", "nvptx64-nvidia-nvcl",
-             "-Xclang", "-finclude-default-header", "-O3", "-fno-unroll-loops", "-emit-llvm", "-c", "k.cl",
-             "-o", "k.bc"],
+             "-Xclang", "-finclude-default-header", "-O3", "-fno-unroll-loops", "-emit-llvm",
+             "-c", "k.cl", "-o", "k.bc"],
             ["llvm-link-14", "--only-needed", "k.bc", str(LIBCLC), "-o", "l.bc"],
             ["opt-14", "-O3", "-disable-loop-unrolling", "l.bc", "-o", "o.bc"],
             ["llc-14", "-mcpu=sm_80", "o.bc", "-o", "k.ptx"],

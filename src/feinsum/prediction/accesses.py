@@ -131,7 +131,7 @@ def flat_offset(var: Any, index: Sequence[Any], context: Mapping[str, int],
     offset, lanes = 0, 1
     for tag, i in zip(tags, index, strict=False):
         if isinstance(tag, VectorArrayDimTag):
-            if i is None or isinstance(i, prim.Variable) and i.name in vec_inames:
+            if i is None or (isinstance(i, prim.Variable) and i.name in vec_inames):
                 lanes = int(var.shape[tags.index(tag)])
                 continue
             offset += int(ev(i))

@@ -5,9 +5,9 @@ loopy generates a rolled loop over the exact bounds of its index given the enclo
 check. An unrolled loop has as many copies as its longest trip; where its bounds given the
 enclosing loops, the local and group ids and the lengths are not constant (the last tile
 of a tile whose length the lengths do not divide), every copy is guarded by an ``if``: a
-comparison and a branch (but for the bulk of a slabbed index: loopy generates the first
-and last tiles apart, the others unguarded). So is every statement with a predicate (``if=``), which the model
-counts from the predicate's expression.
+comparison and a branch (but in the bulk of a slabbed index: loopy generates its first and
+last tiles apart, the others unguarded). So is every statement with a predicate
+(``if=``), which the model counts from the predicate's expression.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from feinsum.prediction.accesses import (
 from feinsum.prediction.guards import guarded
 from feinsum.prediction.hardware import Hardware
 from feinsum.prediction.ops import OpCounter, Ops
-from feinsum.prediction.reuse import Placed, placed_arithmetic
+from feinsum.prediction.reuse import placed_arithmetic
 
 #: warp instructions of a copy of an unrolled loop that checks its domain (compare, branch)
 CHECK_INSTRUCTIONS = 2.0
@@ -106,6 +106,12 @@ def prim_variable(name: str) -> Any:
     import pymbolic.primitives as prim
 
     return prim.Variable(name)
+
+
+def _present(index: Any) -> Any:
+    """*index* without the ``None`` of a whole vector's component (a C statement's
+    offset is one expression)."""
+    return tuple(i for i in index if i is not None) if isinstance(index, tuple) else index
 
 
 def _tags(knl: Any, iname: str) -> tuple[Any, ...]:
@@ -297,8 +303,7 @@ class _Reader:
         key = tuple(loops[:rolled[-1] + 1])
         for name, idx in self._accessed(insn):
             if idx is not None and self._space(name)[0] in ("local", "stack") and (
-                    loops[rolled[-1]] in get_dependencies(
-                        tuple(i for i in idx if i is not None))):
+                    loops[rolled[-1]] in get_dependencies(_present(idx))):
                 streams[key].add(name)
 
     def _lanes(self, insn_local: dict[int, str], lsize: list[int]
@@ -356,8 +361,8 @@ class _Reader:
         keyed: list[tuple[Any, Access]] = []
         for space, var, write, index, spans, cond in self._accesses(
                 insn, contexts, frozenset(within & self.vec)):
-            deps = frozenset(get_dependencies(tuple(i for i in index if i is not None))
-                             & unrolled) if index is not None else unrolled
+            deps = frozenset(get_dependencies(_present(index)) & unrolled) if (
+                index is not None) else unrolled
             n = runs(rolled | insn_group | deps)
             acc = warp_access(space, var.name, write, spans, self.hw.line_bytes,
                               self.hw.banks, self.hw.bank_bytes)
@@ -442,7 +447,7 @@ class _Reader:
         def implied(cond: Any) -> bool:
             try:
                 holds = condition_to_set(dom.space, cond)
-            except Exception:  # noqa: BLE001 (not an affine condition loopy can read)
+            except Exception:  # not an affine condition loopy can read
                 return False
             return holds is not None and dom.is_subset(holds)
 

@@ -9,12 +9,12 @@ keeps of it:
 
 * each distinct subexpression once (:meth:`OpCounter.nodes`: the compiler computes ``(x -
   y) * (x - y)`` as one subtraction and one multiplication, and ``a*b*c`` as ``(a*b)*c``,
-  its ``a*b`` shared with ``a*b*d``); what is shared *between*
-  statements, and what is invariant in a loop, :mod:`feinsum.prediction.reuse` finds;
-* ``a + b*c`` (and ``a + b**2``) fused into one FMA; a factor of ``1`` or ``-1`` free (a negation is an operand
-  modifier of NVIDIA's and AMD's fp instructions, so is ``fabs``); a constant expression
-  folded; a logical ``!`` free (a negated predicate), an ``&&`` or ``||`` one instruction
-  (a predicate operation, or a second select);
+  its ``a*b`` shared with ``a*b*d``); what is shared *between* statements, and what is
+  invariant in a loop, :mod:`feinsum.prediction.reuse` finds;
+* ``a + b*c`` (and ``a + b**2``) fused into one FMA; a factor of ``1`` or ``-1`` free (a
+  negation is an operand modifier of NVIDIA's and AMD's fp instructions, so is ``fabs``);
+  a constant expression folded; a logical ``!`` free (a negated predicate), an ``&&`` or
+  ``||`` one instruction (a predicate operation, or a second select);
 * a function call as what its library expands it into: special-function-unit instructions
   and fp instructions, accurate or (with ``-cl-fast-relaxed-math``) fast; an OpenCL
   ``native_``/``half_`` built-in is one special-function instruction and the few fp
@@ -111,17 +111,13 @@ def _factors(expr: prim.Product) -> tuple[list[Any], int]:
     const: complex = 1
     rest = []
     for c in expr.children:
-        if _is_number(c):
+        if isinstance(c, (int, float, complex)) and not isinstance(c, bool):
             const *= c
         else:
             rest.append(c)
     if not rest:
         return [], 0
     return rest, len(rest) - 1 + (0 if const in (1, -1) else 1)
-
-
-def _is_square(x: Any) -> bool:
-    return isinstance(x, prim.Power) and x.exponent == 2
 
 
 def _index_names(index: Any) -> frozenset[str]:
@@ -222,13 +218,18 @@ class OpCounter:
         deps: frozenset[str] = frozenset()
         fusable = adds
         for t in terms:
-            rest, mults = _factors(t) if isinstance(t, prim.Product) else (
-                [t.base], 1) if _is_square(t) else ([], 0)
+            rest: list[Any] = []
+            mults = 0
+            if isinstance(t, prim.Product):
+                rest, mults = _factors(t)
+            elif isinstance(t, prim.Power) and t.exponent == 2:
+                rest, mults = [t.base], 1
             if mults and fusable > 0:
                 fusable -= 1
                 fp += 1  # the last multiplication fused with an addition
                 flops += 2
-                deps |= (self._prefix(t, found) if mults > 1 else self._all(rest, found))
+                deps |= (self._prefix(t, found) if isinstance(t, prim.Product) and mults > 1
+                         else self._all(rest, found))
             else:
                 deps |= self._rec(t, found)
         fp += fusable
