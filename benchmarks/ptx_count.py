@@ -61,8 +61,9 @@ FOLDED = ("mov", "abs", "neg", "cvta")
 
 
 def device_code(workload: str, model: str, recipe: str, overrides: dict[str, Any],
-                classic: bool) -> tuple[str, dict[str, Any]]:
-    """The OpenCL of *recipe*'s configuration for *workload* on device model *model*."""
+                classic: bool) -> tuple[str, dict[str, Any], Any]:
+    """The OpenCL of *recipe*'s configuration for *workload* on device model *model*, the
+    configuration, and its transformed translation unit."""
     import loopy as lp
 
     import feinsum
@@ -79,8 +80,26 @@ def device_code(workload: str, model: str, recipe: str, overrides: dict[str, Any
     params = r.check({**params, **overrides}, e, info)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        code = lp.generate_code_v2(r.apply(feinsum.generate_loopy(e), params, e, info))
-    return code.device_code(), params
+        t_unit = r.apply(feinsum.generate_loopy(e), params, e, info)
+        code = lp.generate_code_v2(t_unit)
+    return code.device_code(), params, t_unit
+
+
+def model_count(t_unit: Any, model: str, points: int) -> dict[str, float]:
+    """What the performance model (:mod:`feinsum.prediction`) counts of *t_unit* at M = N
+    = *points*: the warp instructions the whole kernel issues per pair (x 32: per pair of
+    one lane), by kind."""
+    from feinsum.prediction.hardware import hardware_for
+    from feinsum.prediction.kernels import read_kernel
+    from feinsum.prediction.model import issued
+
+    knl = t_unit.default_entrypoint
+    stats = read_kernel(t_unit, dict.fromkeys(knl.all_params(), points), hardware_for(model))
+    out: dict[str, float] = {}
+    for k in stats.kernels:
+        for kind, n in issued(k).items():
+            out[kind] = out.get(kind, 0.0) + n * 32 / points**2
+    return out
 
 
 def to_ptx(source: str) -> str:
@@ -92,8 +111,8 @@ def to_ptx(source: str) -> str:
         (d / "k.cl").write_text(PRELUDE + source)
         steps = [
             ["clang-14", "-x", "cl", "-cl-std=CL1.2", "-target", "nvptx64-nvidia-nvcl",
-             "-Xclang", "-finclude-default-header", "-O3", "-emit-llvm", "-c", "k.cl",
-             "-o", "k.bc"],
+             "-Xclang", "-finclude-default-header", "-O3", "-fno-unroll-loops", "-emit-llvm",
+             "-c", "k.cl", "-o", "k.bc"],
             ["llvm-link-14", "--only-needed", "k.bc", str(LIBCLC), "-o", "l.bc"],
             ["opt-14", "-O3", "-disable-loop-unrolling", "l.bc", "-o", "o.bc"],
             ["llc-14", "-mcpu=sm_80", "o.bc", "-o", "k.ptx"],
@@ -178,9 +197,11 @@ def main() -> None:
     from feinsum.devices.models import get_model
 
     info = get_model(args.model)
-    print(f"{'workload':<10} {'per pair':>8} {'issue ms':>8}  kinds   (config)")
+    print(f"{'workload':<10} {'per pair':>8} {'issue ms':>8} {'model':>6}  kinds   (config; "
+          "the model's kinds)")
     for w in args.only:
-        src, params = device_code(w, args.model, args.recipe, overrides, args.classic)
+        src, params, t_unit = device_code(w, args.model, args.recipe, overrides, args.classic)
+        modelled = model_count(t_unit, args.model, 100_000)
         body = main_loop(to_ptx(src))
         kinds = count(body)
         k, rows, unroll = params.get("K", 1), params.get("rows", 1), params.get("unroll", 1)
@@ -188,8 +209,9 @@ def main() -> None:
         per = sum(kinds.values()) / pairs
         # 1e10 pairs at 1.98 GHz (H100/H200 boost clock)
         ms = issue_ms(per, 1e10, info.compute_units, 1.98)
-        print(f"{w:<10} {per:8.2f} {ms:8.2f}  {json.dumps(kinds)}  "
-              f"({json.dumps(dict(params), sort_keys=True)})")
+        print(f"{w:<10} {per:8.2f} {ms:8.2f} {sum(modelled.values()):6.2f}  "
+              f"{json.dumps(kinds)}  ({json.dumps(dict(params), sort_keys=True)}; "
+              f"{json.dumps({k: round(v, 2) for k, v in modelled.items()})})")
         if args.show:
             print("\n".join(body))
 

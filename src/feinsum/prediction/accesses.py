@@ -18,7 +18,7 @@ vector widths count as the code computes them:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,8 @@ from pymbolic.mapper.evaluator import EvaluationMapper
 from feinsum.errors import PredictionError
 
 SECTOR_BYTES = 32
+#: the widest load or store of one lane (128 bits on NVIDIA and AMD GPUs)
+VECTOR_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class Access:
     loop: frozenset[str] = frozenset()
     #: a read under a ``?:`` (the compiler issues it after the condition, unbatched)
     conditional: bool = False
+    #: memory instructions of one warp execution (a load or store moves at most
+    #: :data:`VECTOR_BYTES` per lane)
+    instructions: float = 1.0
 
 
 class _Evaluator(EvaluationMapper):  # type: ignore[misc]
@@ -81,15 +86,20 @@ class _Evaluator(EvaluationMapper):  # type: ignore[misc]
 
 class SubscriptCollector(WalkMapper):  # type: ignore[misc]
     """Every ``name[index]`` and bare variable an expression reads; *conditional* names
-    those read under a ``?:``."""
+    those read under a ``?:``. *implied*: whether a condition always holds where the
+    expression runs (the compiler folds such a ``?:`` into its first branch)."""
 
-    def __init__(self) -> None:
+    def __init__(self, implied: Callable[[Any], bool] | None = None) -> None:
         super().__init__()
         self.found: list[tuple[str, tuple[Any, ...] | None]] = []
         self.conditional: set[int] = set()
         self._depth = 0
+        self._implied = implied
 
     def map_if(self, expr: prim.If, *args: Any) -> None:
+        if self._implied is not None and self._implied(expr.condition):
+            self.rec(expr.then, *args)
+            return
         self.rec(expr.condition, *args)
         self._depth += 1
         self.rec(expr.then, *args)
@@ -112,8 +122,8 @@ class SubscriptCollector(WalkMapper):  # type: ignore[misc]
 def flat_offset(var: Any, index: Sequence[Any], context: Mapping[str, int],
                 vec_inames: frozenset[str] = frozenset()) -> tuple[int, int]:
     """``(offset in entries, vector lanes)`` of ``var[index]`` at *context*: the strides of
-    its dimension tags, a vector axis indexed by a ``vec`` loop (*vec_inames*) counting its
-    lanes."""
+    its dimension tags, a vector axis indexed by a ``vec`` loop (*vec_inames*) or by
+    ``None`` (the whole vector, :func:`whole_vector`) counting its lanes."""
     from loopy.kernel.array import FixedStrideArrayDimTag, VectorArrayDimTag
 
     ev = _Evaluator(context)
@@ -121,7 +131,7 @@ def flat_offset(var: Any, index: Sequence[Any], context: Mapping[str, int],
     offset, lanes = 0, 1
     for tag, i in zip(tags, index, strict=False):
         if isinstance(tag, VectorArrayDimTag):
-            if isinstance(i, prim.Variable) and i.name in vec_inames:
+            if i is None or (isinstance(i, prim.Variable) and i.name in vec_inames):
                 lanes = int(var.shape[tags.index(tag)])
                 continue
             offset += int(ev(i))
@@ -131,6 +141,23 @@ def flat_offset(var: Any, index: Sequence[Any], context: Mapping[str, int],
             stride = ev(stride)
         offset += int(stride) * int(ev(i))
     return offset, lanes
+
+
+def whole_vector(var: Any, index: Sequence[Any] | None) -> tuple[Any, ...] | None:
+    """*index* with its vector component replaced by ``None`` where it reads one constant
+    component of a vector-typed array (``p[j].s1``): the compiler loads the components one
+    loop body reads of a vector with one vector load (PTX ``ld.shared.v4``), so they are
+    one access of the whole vector. None where *index* is no such read."""
+    from loopy.kernel.array import VectorArrayDimTag
+
+    if index is None or not var.dim_tags:
+        return None
+    out = list(index)
+    for k, (tag, i) in enumerate(zip(var.dim_tags, index, strict=False)):
+        if isinstance(tag, VectorArrayDimTag) and isinstance(i, int):
+            out[k] = None
+            return tuple(out)
+    return None
 
 
 def lane_spans(var: Any, index: Sequence[Any] | None, lanes: Sequence[Mapping[str, int]],
@@ -162,17 +189,21 @@ def warp_access(space: str, name: str, write: bool, spans: Sequence[tuple[int, i
                 line_bytes: int, banks: int, bank_bytes: int) -> Access:
     """What one warp's access costs, its active lanes' bytes in *spans*."""
     width = max((hi - lo for lo, hi in spans), default=0)
+    insns = float(max(1, math.ceil(width / VECTOR_BYTES)))
     if space == "stack":
         return Access(space, name, write, width,
-                      float(math.ceil(len(spans) * width / line_bytes)), 0.0)
+                      float(math.ceil(len(spans) * width / line_bytes)), 0.0,
+                      instructions=insns)
     if space == "global":
         lines = {b // line_bytes for lo, hi in spans for b in range(lo, hi, 4)}
         sectors = {b // SECTOR_BYTES for lo, hi in spans for b in range(lo, hi, 4)}
-        return Access(space, name, write, width, float(len(lines)), float(len(sectors)))
+        return Access(space, name, write, width, float(max(len(lines), insns)),
+                      float(len(sectors)), instructions=insns)
     words = {b // bank_bytes for lo, hi in spans for b in range(lo, hi, bank_bytes)}
     per_bank: dict[int, int] = {}
     for w in words:
         per_bank[w % banks] = per_bank.get(w % banks, 0) + 1
     least = math.ceil(len(words) / banks)
     return Access(space, name, write, width,
-                  float(max(max(per_bank.values(), default=1), least)), 0.0)
+                  float(max(max(per_bank.values(), default=1), least, insns)), 0.0,
+                  instructions=insns)

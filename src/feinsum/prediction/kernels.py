@@ -13,17 +13,27 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from feinsum.errors import PredictionError
-from feinsum.prediction.accesses import Access, SubscriptCollector, lane_spans, warp_access
+from feinsum.prediction.accesses import (
+    Access,
+    SubscriptCollector,
+    lane_spans,
+    warp_access,
+    whole_vector,
+)
+from feinsum.prediction.guards import guarded
 from feinsum.prediction.hardware import Hardware
 from feinsum.prediction.ops import OpCounter, Ops
+from feinsum.prediction.reuse import placed_arithmetic
 
+#: warp instructions of a copy of an unrolled loop that checks its domain (compare, branch)
+CHECK_INSTRUCTIONS = 2.0
 _FAST_MATH = ("-cl-fast-relaxed-math", "-cl-unsafe-math-optimizations")
 _CVEC = re.compile(r"\b(vload|vstore)(\d+)\((?:[^;]*?,\s*)?0,\s*(\w+)\s*\+\s*(\w+)\)")
 
@@ -67,6 +77,12 @@ class DeviceKernel:
     #: barriers one work-group passes; iterations of rolled loops, all warps together
     barriers: float
     loop_iterations: float
+    #: warp instructions of checks: a statement's predicates (once per predicate and loop
+    #: body: the predicate's expression and a branch), the domain of each copy of an
+    #: unrolled loop (:mod:`feinsum.prediction.guards`: a comparison and a branch); and
+    #: local-array pointers advanced per rolled-loop iteration (all warps)
+    check_instructions: float = 0.0
+    pointer_increments: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +106,12 @@ def prim_variable(name: str) -> Any:
     import pymbolic.primitives as prim
 
     return prim.Variable(name)
+
+
+def _present(index: Any) -> Any:
+    """*index* without the ``None`` of a whole vector's component (a C statement's
+    offset is one expression)."""
+    return tuple(i for i in index if i is not None) if isinstance(index, tuple) else index
 
 
 def _tags(knl: Any, iname: str) -> tuple[Any, ...]:
@@ -192,6 +214,11 @@ class _Reader:
         from loopy.schedule import CallKernel, get_insn_ids_for_block_at
 
         lin = self.knl.linearization or []
+        self.placed = placed_arithmetic(self.knl, self._counter)
+        for unknown in sorted({n for ps in self.placed.values() for p in ps
+                               for n in p.ops.unknown}):
+            self.notes.append(f"function {unknown} counted as 2 fp instructions (not known "
+                              "to the model)")
         out = []
         for i, item in enumerate(lin):
             if isinstance(item, CallKernel):
@@ -205,36 +232,79 @@ class _Reader:
 
     def _kernel(self, name: str, lin: list[Any], start: int, ids: Any, gsize: list[int],
                 lsize: list[int]) -> DeviceKernel:
-        from loopy.schedule import Barrier, EnterLoop, LeaveLoop, ReturnFromKernel
+        from loopy.schedule import (
+            Barrier,
+            EnterLoop,
+            LeaveLoop,
+            ReturnFromKernel,
+            RunInstruction,
+        )
 
         groups = max(1, math.prod(gsize))
         group_size = max(1, math.prod(lsize))
         warps = math.ceil(group_size / self.hw.subgroup)
         loops: list[str] = []
-        barriers = iterations = 0.0
+        barriers = iterations = checks = 0.0
+        # the local arrays each rolled loop's body indexes by its index: one pointer each
+        streams: dict[tuple[str, ...], set[str]] = {}
+        entered, open_ids, checked = 0, [0], set[tuple[int, str]]()
         for item in lin[start + 1:]:
             if isinstance(item, ReturnFromKernel):
                 break
             if isinstance(item, EnterLoop):
                 loops.append(item.iname)
+                entered += 1
+                open_ids.append(entered)
+                runs = self.count(frozenset(loops)) * groups * warps
                 if item.iname not in self.unrolled | self.vec:
-                    iterations += self.count(frozenset(loops)) * groups * warps
+                    iterations += runs
+                    streams[tuple(loops)] = set()
+                elif item.iname in self.unrolled and guarded(
+                        self.knl, loops, set(self.local) | set(self.group)):
+                    checks += runs * CHECK_INSTRUCTIONS
             elif isinstance(item, LeaveLoop):
                 loops.pop()
+                open_ids.pop()
             elif isinstance(item, Barrier) and item.synchronization_kind == "local":
                 barriers += self.count(frozenset(loops)) if loops else 1.0
+            elif isinstance(item, RunInstruction):
+                insn = self.knl.id_to_insn[item.insn_id]
+                self._streams(insn, loops, streams)
+                for p in insn.predicates:  # one check per predicate and loop body
+                    if (open_ids[-1], str(p)) not in checked:
+                        checked.add((open_ids[-1], str(p)))
+                        checks += (self.count(frozenset(loops)) if loops else 1.0) * (
+                            groups * warps) * (OpCounter(4, False)(p).instructions + 1)
+        increments = sum(len(names) * self.count(frozenset(key)) * groups * warps
+                         for key, names in streams.items())
         stmts: list[Statement] = []
         accesses: dict[Any, Access] = {}
         for i in sorted(ids):
             found = self._statement(self.knl.id_to_insn[i], gsize, lsize)
             if found is not None:
-                stmts.append(found[0])
+                stmts.extend(found[0])
                 for key, acc in found[1]:
                     accesses.setdefault(key, acc)
         registers, stack = self._registers(ids)
         return DeviceKernel(name, groups, group_size, self._local_bytes(ids), registers,
                             stack, tuple(stmts), tuple(accesses.values()), barriers,
-                            iterations)
+                            iterations, checks, increments)
+
+    def _streams(self, insn: Any, loops: list[str],
+                 streams: dict[tuple[str, ...], set[str]]) -> None:
+        """Adds the local and stack arrays *insn* indexes by its innermost rolled loop to
+        that loop's pointers (the compiler advances one pointer per array; a global access
+        counts its own address computation)."""
+        from loopy.symbolic import get_dependencies
+
+        rolled = [k for k in range(len(loops)) if loops[k] not in self.unrolled | self.vec]
+        if not rolled:
+            return
+        key = tuple(loops[:rolled[-1] + 1])
+        for name, idx in self._accessed(insn):
+            if idx is not None and self._space(name)[0] in ("local", "stack") and (
+                    loops[rolled[-1]] in get_dependencies(_present(idx))):
+                streams[key].add(name)
 
     def _lanes(self, insn_local: dict[int, str], lsize: list[int]
                ) -> tuple[int, int, list[dict[str, int]]]:
@@ -260,9 +330,10 @@ class _Reader:
         return len(active_warps), items, first
 
     def _statement(self, insn: Any, gsize: list[int], lsize: list[int]
-                   ) -> tuple[Statement, list[tuple[Any, Access]]] | None:
-        """The statement, and its accesses keyed so that a load of the same address in
-        the same loop body is one (writes are never merged)."""
+                   ) -> tuple[list[Statement], list[tuple[Any, Access]]] | None:
+        """The statement (and its arithmetic hoisted out of loops, as statements of their
+        own), and its accesses keyed so that a load of the same address in the same loop
+        body is one (writes are never merged)."""
         import loopy as lp
         from loopy.symbolic import get_dependencies
 
@@ -290,8 +361,8 @@ class _Reader:
         keyed: list[tuple[Any, Access]] = []
         for space, var, write, index, spans, cond in self._accesses(
                 insn, contexts, frozenset(within & self.vec)):
-            deps = frozenset(get_dependencies(index) & unrolled) if index is not None else (
-                unrolled)
+            deps = frozenset(get_dependencies(_present(index)) & unrolled) if (
+                index is not None) else unrolled
             n = runs(rolled | insn_group | deps)
             acc = warp_access(space, var.name, write, spans, self.hw.line_bytes,
                               self.hw.banks, self.hw.bank_bytes)
@@ -301,11 +372,21 @@ class _Reader:
                 rolled, set())
             key = (var.name, str(index), rolled, deps) if merge else (insn.id, len(keyed))
             keyed.append((key, acc))
-        ops, itemsize = self._ops(insn)
         chain = bool(written & set(insn.read_dependency_names()))
-        return (Statement(insn.id, group_runs * warps, group_runs * items, group_runs / groups,
-                          rolled, loop_runs / groups, ops.fp, ops.flops, ops.sfu, ops.other,
-                          itemsize, chain), keyed)
+        itemsize = self._itemsize(insn)
+        loops = frozenset(within - set(insn_local.values()) - insn_group)
+        placed = {p.loops: p.ops for p in self.placed.get(insn.id, [])}
+        main = placed.pop(loops, Ops())
+        out = [Statement(insn.id, group_runs * warps, group_runs * items, group_runs / groups,
+                         rolled, loop_runs / groups, main.fp, main.flops, main.sfu,
+                         main.other, itemsize, chain)]
+        for where, ops in placed.items():  # hoisted out of some of its loops
+            seq = rolled & where
+            n = runs(seq | insn_group | (unrolled & where))
+            out.append(Statement(f"{insn.id}@{','.join(sorted(where))}", n * warps,
+                                 n * items, n / groups, seq, runs(seq | insn_group) / groups,
+                                 ops.fp, ops.flops, ops.sfu, ops.other, itemsize, False))
+        return out, keyed
 
     def _space(self, name: str) -> tuple[str | None, Any]:
         import loopy as lp
@@ -326,7 +407,8 @@ class _Reader:
     def _accesses(self, insn: Any, contexts: list[dict[str, int]], vec: frozenset[str]
                   ) -> list[tuple[str, Any, bool, Any, list[tuple[int, int]], bool]]:
         """``(space, variable, write, index, each lane's bytes, conditional)`` of every
-        memory access."""
+        memory access (a read of a vector's component: of the whole vector,
+        :func:`~feinsum.prediction.accesses.whole_vector`)."""
         import loopy as lp
 
         found = []
@@ -339,7 +421,7 @@ class _Reader:
                     found.append((space, var, kind == "vstore", offset, lane_spans(
                         var, (offset,), contexts, flat=True, width=int(width)), False))
             return found
-        reads = SubscriptCollector()
+        reads = SubscriptCollector(self._implied(insn))
         reads(insn.expression)
         writes = [(a.aggregate.name, a.index if isinstance(a.index, tuple) else (a.index,))
                   if hasattr(a, "aggregate") else (a.name, None) for a in insn.assignees]
@@ -347,9 +429,29 @@ class _Reader:
                                                    *((w, True) for w in writes)]):
             space, var = self._space(name)
             if space is not None:
+                whole = None if write else whole_vector(var, idx)
+                idx = idx if whole is None else whole
                 found.append((space, var, write, idx, self._spans(var, idx, contexts, vec),
                               i in reads.conditional))
         return found
+
+    def _implied(self, insn: Any) -> Callable[[Any], bool]:
+        """Whether a condition holds everywhere in *insn*'s domain (an affine one only)."""
+        import islpy as isl
+        from loopy.symbolic import condition_to_set
+
+        dom, assumptions = isl.align_two(self.knl.get_inames_domain(insn.within_inames),
+                                         self.knl.assumptions)
+        dom = dom & assumptions
+
+        def implied(cond: Any) -> bool:
+            try:
+                holds = condition_to_set(dom.space, cond)
+            except Exception:  # not an affine condition loopy can read
+                return False
+            return holds is not None and dom.is_subset(holds)
+
+        return implied
 
     def _spans(self, var: Any, idx: Any, contexts: list[dict[str, int]],
                vec: frozenset[str]) -> list[tuple[int, int]]:
@@ -362,27 +464,32 @@ class _Reader:
             return [(i * self.hw.line_bytes, i * self.hw.line_bytes + 4)
                     for i in range(len(contexts))]
 
-    def _ops(self, insn: Any) -> tuple[Ops, int]:
-        import loopy as lp
-
-        if isinstance(insn, lp.CInstruction):
-            return Ops(), 4
+    def _float_dtypes(self, insn: Any) -> list[np.dtype[Any]]:
         dtypes = []
         for a in insn.assignees:
             name = a.aggregate.name if hasattr(a, "aggregate") else a.name
             var = self.knl.arg_dict.get(name) or self.knl.temporary_variables.get(name)
             if var is not None and var.dtype is not None:
                 dtypes.append(np.dtype(var.dtype.numpy_dtype))
-        floats = [d for d in dtypes if d.kind in "fc"]
-        itemsize = floats[0].itemsize if floats else 4
-        ops = OpCounter(itemsize, self.fast_math)(insn.expression)
-        if not floats:
-            ops.other += ops.fp
-            ops.fp = ops.flops = 0.0
-        for name in sorted(ops.unknown):
-            self.notes.append(f"function {name} counted as 2 fp instructions (not known to "
-                              "the model)")
-        return ops, itemsize
+        return [d for d in dtypes if d.kind in "fc"]
+
+    def _itemsize(self, insn: Any) -> int:
+        import loopy as lp
+
+        if isinstance(insn, lp.CInstruction):
+            return 4
+        floats = self._float_dtypes(insn)
+        return floats[0].itemsize if floats else 4
+
+    def _counter(self, insn: Any) -> tuple[OpCounter | None, bool]:
+        """The arithmetic counter of *insn* (None: a C statement, no arithmetic counted)
+        and whether its result is a float."""
+        import loopy as lp
+
+        if not isinstance(insn, (lp.Assignment, lp.CallInstruction)):
+            return None, False
+        floats = self._float_dtypes(insn)
+        return OpCounter(self._itemsize(insn), self.fast_math), bool(floats)
 
     def _registers(self, ids: Any) -> tuple[int, int]:
         """Registers per work-item (an estimate: the base, plus the private arrays kept in

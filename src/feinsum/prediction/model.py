@@ -18,7 +18,8 @@ most work-groups (``ceil(groups / compute units)``: the tail of the last wave co
   work-group size).
 
 The kernel takes its largest bound, plus the share of the second-largest that does not
-overlap it, plus the launch; a translation unit its kernels in sequence. The constants are
+overlap it (``issue``, ``fp`` and ``sfu`` are one instruction stream: only their largest
+counts), plus the launch; a translation unit its kernels in sequence. The constants are
 the hardware's (:mod:`feinsum.prediction.hardware`), none per workload.
 """
 
@@ -35,8 +36,8 @@ from feinsum.prediction.accesses import Access
 from feinsum.prediction.hardware import Hardware, hardware_for
 from feinsum.prediction.kernels import DeviceKernel, KernelStats, read_kernel
 
-#: warp instructions a rolled loop costs per iteration (increment, compare-and-branch)
-LOOP_INSTRUCTIONS = 2.0
+#: warp instructions a rolled loop costs per iteration (increment, compare, branch)
+LOOP_INSTRUCTIONS = 3.0
 #: integer instructions that compute a global access's address
 ADDRESS_INSTRUCTIONS = 1.0
 RESOURCES = ("issue", "fp", "sfu", "lsu", "dram", "latency", "launch")
@@ -111,30 +112,45 @@ def _latency_cycles(k: DeviceKernel, hw: Hardware) -> float:
 
 
 def _wavefronts(a: Access, hw: Hardware) -> float:
-    """L1 / local-memory wavefronts of one warp execution of access *a*: a global read
-    resolves :attr:`Hardware.lines_per_wavefront` lines per wavefront, a global write
-    one line per wavefront, a local access its bank conflicts, stack its bytes."""
-    if a.space == "global" and not a.write:
+    """L1 / local-memory wavefronts of one warp execution of access *a*: a global or stack
+    read (both through the L1) resolves :attr:`Hardware.lines_per_wavefront` lines per
+    wavefront, a write one line per wavefront, a local access its bank conflicts."""
+    if a.space in ("global", "stack") and not a.write:
         return max(1.0, a.wavefronts / hw.lines_per_wavefront)
     return a.wavefronts
+
+
+def issued(k: DeviceKernel) -> dict[str, float]:
+    """Warp instructions device kernel *k* issues (whole launch), by kind: ``fp``,
+    ``sfu``, ``other`` (integer, logic, selects), ``memory`` (per access its load or store
+    instructions, and an address computation per global access), ``loop`` (rolled-loop overhead)."""
+    out = dict.fromkeys(("fp", "sfu", "other", "memory", "loop"), 0.0)
+    for s in k.statements:
+        out["fp"] += s.warp_runs * s.fp
+        out["sfu"] += s.warp_runs * s.sfu
+        out["other"] += s.warp_runs * s.other
+    for a in k.accesses:
+        out["memory"] += a.runs * (a.instructions + (ADDRESS_INSTRUCTIONS
+                                                     if a.space == "global" else 0.0))
+    out["loop"] = (k.loop_iterations * LOOP_INSTRUCTIONS + k.check_instructions
+                   + k.pointer_increments)
+    return out
 
 
 def kernel_components(k: DeviceKernel, hw: Hardware) -> dict[str, float]:
     """Seconds each resource needs for device kernel *k* (DRAM and launch aside)."""
     busiest = math.ceil(k.groups / hw.compute_units) / k.groups
     cycle = 1.0 / hw.clock_hz
-    issue = fp32 = fp64 = sfu = lsu = 0.0
+    issue = sum(issued(k).values())
+    fp32 = fp64 = sfu = lsu = 0.0
     for s in k.statements:
-        issue += s.warp_runs * (s.fp + s.sfu + s.other)
         if s.itemsize == 8:
             fp64 += s.warp_runs * s.fp
         else:
             fp32 += s.warp_runs * s.fp
         sfu += s.warp_runs * s.sfu
     for a in k.accesses:
-        issue += a.runs * (1.0 + (ADDRESS_INSTRUCTIONS if a.space == "global" else 0.0))
         lsu += a.runs * _wavefronts(a, hw)
-    issue += k.loop_iterations * LOOP_INSTRUCTIONS
     resident, _ = occupancy(k, hw)
     waves = math.ceil(math.ceil(k.groups / hw.compute_units) / resident)
     fp = fp32 / hw.fp32_per_clock + (fp64 / hw.fp64_per_clock if fp64 else 0.0)
@@ -147,11 +163,19 @@ def kernel_components(k: DeviceKernel, hw: Hardware) -> dict[str, float]:
     }
 
 
+#: bounds of one instruction stream: the fp and special-function instructions are issued
+#: instructions too, their pipes run beside the schedulers, so they never add to each other
+SAME_STREAM = ("issue", "fp", "sfu")
+
+
 def kernel_seconds(comp: dict[str, float], hw: Hardware) -> tuple[float, str]:
     """A device kernel's seconds from its bounds: the largest, plus the part of the
-    second-largest that does not overlap it (:attr:`Hardware.overlap`); and the largest's
-    name."""
-    ranked = sorted(comp, key=comp.__getitem__, reverse=True)
+    second-largest that does not overlap it (:attr:`Hardware.overlap`), the second taken
+    among the resources independent of the largest (of :data:`SAME_STREAM` only the
+    largest counts); and the largest's name."""
+    stream = max((r for r in SAME_STREAM if r in comp), key=comp.__getitem__, default=None)
+    ranked = sorted((r for r in comp if r not in SAME_STREAM or r == stream),
+                    key=comp.__getitem__, reverse=True)
     second = comp[ranked[1]] if len(ranked) > 1 else 0.0
     return comp[ranked[0]] + hw.overlap * second, ranked[0]
 
