@@ -33,7 +33,8 @@ GROUPS_PER_UNIT = range(tp.MAX_GROUPS_PER_UNIT + 1)
 
 def _layout(p: dict[str, Any]) -> tp.NodeLayout:
     return tp.NodeLayout(p["node_lanes"], p["rows"], p["elements"], p["rows_per_pass"],
-                         p["operator"] == "registers", p["groups"], p["split"])
+                         p["operator"] == "registers", p["groups"], p["split"], p["flat"],
+                         p["operator"] == "slice")
 
 
 def _misfit(e: Any, p: dict[str, Any], device: Any) -> str | None:
@@ -59,12 +60,17 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
     units = device.compute_units
     uses_registers = any(tp.access(e, td.element_stages(e, c), k, True) == "registers"
                          for c in tp.node_plans(e) for k in range(e.noperands))
+    slices = any(tp.sliced(e, td.element_stages(e, c), tp.NodeLayout(1, 1, 1, split=True,
+                                                                     sliced=True), k)
+                 for c in tp.node_plans(e) for k in range(e.noperands))
     return rc.ParameterSpace(
         {"last": rc.Choice(tp.node_plans(e)), "node_lanes": rc.Choice(tp.lane_options(e)),
          "rows": rc.PowersOfTwo(1, 64), "elements": rc.IntRange(1, 8),
          "rows_per_pass": rc.IntRange(1, e.nrows),
-         "operator": rc.Choice(["local", "registers"] if uses_registers else ["local"]),
-         "groups": rc.Choice([k * units for k in GROUPS_PER_UNIT]), "split": rc.Boolean()},
+         "operator": rc.Choice(["local", *(["registers"] if uses_registers else []),
+                                *(["slice"] if slices else [])]),
+         "groups": rc.Choice([k * units for k in GROUPS_PER_UNIT]), "split": rc.Boolean(),
+         "flat": rc.Boolean()},
         [*tb.work_group_constraints(device, "node_lanes", "rows"),
          rc.Constraint("device_limits", lambda p: _misfit(e, p, device) is None,
                        "local memory, registers per work-item and per work-group, and code "
@@ -75,10 +81,18 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
              tp.access(e, td.element_stages(e, p["last"]), k, True) == "registers"
              for k in range(e.noperands)), "operator='registers' needs an operator that "
              "carries its stage's lane index (choose another 'last')"),
+         rc.Constraint("operator_slices", lambda p: p["operator"] != "slice" or any(
+             tp.sliced(e, td.element_stages(e, p["last"]), _layout(p), k)
+             for k in range(e.noperands)), "operator='slice' needs split and an operator "
+             "whose first index is the split index (divergence's D[r,i,j], last=2)"),
          rc.Constraint("split_plan", lambda p: not p["split"] or tp.split_index(
              e, td.element_stages(e, p["last"])) is not None, "split needs a plan whose "
              "first stage's result goes through local memory and is reduced by the second "
-             "over an index of its own (divergence with last=2)")])
+             "over an index of its own (divergence with last=2)"),
+         rc.Constraint("flat_plan", lambda p: not p["flat"] or tp.flat_possible(
+             e, td.element_stages(e, p["last"])), "flat needs a plan whose first stage's "
+             f"result goes through local memory, with at most {tp.MAX_FLAT_TERMS} "
+             "reduction points (divergence with last=2, face mass with last=0)")])
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
@@ -88,8 +102,9 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     last, lay = best
     return {"last": last, "node_lanes": lay.lanes, "rows": lay.rows,
             "elements": lay.elements, "rows_per_pass": lay.rows_per_pass,
-            "operator": "registers" if lay.registers else "local", "groups": lay.groups,
-            "split": lay.split}
+            "operator": "registers" if lay.registers else "slice" if lay.sliced else "local",
+            "groups": lay.groups,
+            "split": lay.split, "flat": lay.flat}
 
 
 def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:

@@ -154,6 +154,10 @@ class _Reader:
         opts = self.knl.options.build_options or []
         self.fast_math = any(o in " ".join(map(str, opts)) for o in _FAST_MATH)
         self.notes: list[str] = []
+        self.integers = frozenset(self.knl.all_inames()) | frozenset(
+            name for name, v in [*self.knl.arg_dict.items(),
+                                 *self.knl.temporary_variables.items()]
+            if v.dtype is not None and np.dtype(v.dtype.numpy_dtype).kind in "iub")
         self.stack = self._stack_arrays()
         self.stores: dict[frozenset[str], set[str]] = {}
         for insn in self.knl.instructions:
@@ -489,7 +493,7 @@ class _Reader:
         if not isinstance(insn, (lp.Assignment, lp.CallInstruction)):
             return None, False
         floats = self._float_dtypes(insn)
-        return OpCounter(self._itemsize(insn), self.fast_math), bool(floats)
+        return OpCounter(self._itemsize(insn), self.fast_math, self.integers), bool(floats)
 
     def _registers(self, ids: Any) -> tuple[int, int]:
         """Registers per work-item (an estimate: the base, plus the private arrays kept in

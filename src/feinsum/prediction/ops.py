@@ -21,7 +21,11 @@ keeps of it:
   instructions that scale its argument (PTX: ``native_exp2`` is one ``ex2.approx``,
   ``native_exp`` a multiplication and one ``ex2.approx``, ``native_log`` one ``lg2.approx``
   and a multiplication). A function it does not know counts as two fp instructions and is
-  named in the prediction's notes.
+  named in the prediction's notes;
+* a subexpression of integers only (loop indices, integer arguments and temporaries,
+  integer constants: the element bound check ``e0 + n*rows + l1 < E`` of a guarded load)
+  as integer instructions, whatever the statement's type: NVIDIA's ``ISETP``/``IMAD`` run
+  on the integer pipe, not the fp32 or fp64 one.
 """
 
 from __future__ import annotations
@@ -120,6 +124,18 @@ def _factors(expr: prim.Product) -> tuple[list[Any], int]:
     return rest, len(rest) - 1 + (0 if const in (1, -1) else 1)
 
 
+def _float_constant(expr: Any) -> bool:
+    """Whether *expr* has a floating-point constant among its leaves (outside indices)."""
+    if isinstance(expr, (float, complex)) or (
+            hasattr(expr, "dtype") and getattr(expr.dtype, "kind", "") in "fc"):
+        return True
+    if isinstance(expr, (prim.Subscript, prim.Variable, int, str)) or expr is None:
+        return False
+    if isinstance(expr, tuple):
+        return any(_float_constant(c) for c in expr)
+    return any(_float_constant(c) for c in getattr(expr, "__getinitargs__", tuple)())
+
+
 def _index_names(index: Any) -> frozenset[str]:
     from loopy.symbolic import get_dependencies
 
@@ -129,8 +145,11 @@ def _index_names(index: Any) -> frozenset[str]:
 class OpCounter:
     """Counts :class:`Ops` in a value expression of a given float width."""
 
-    def __init__(self, itemsize: int, fast_math: bool) -> None:
+    def __init__(self, itemsize: int, fast_math: bool,
+                 integers: frozenset[str] = frozenset()) -> None:
         self.column = 2 if itemsize == 8 else (1 if fast_math else 0)
+        #: the names that hold integers (loop indices, integer arguments and temporaries)
+        self.integers = integers
 
     def __call__(self, expr: Any) -> Ops:
         """The instructions of *expr*, each distinct subexpression once."""
@@ -148,6 +167,8 @@ class OpCounter:
     def _node(self, expr: Any, found: dict[Any, Node], depends: frozenset[str],
               fp: float = 0.0, flops: float | None = None, sfu: float = 0.0,
               other: float = 0.0, unknown: frozenset[str] = frozenset()) -> frozenset[str]:
+        if fp and depends and depends <= self.integers and not _float_constant(expr):
+            fp, flops, other = 0.0, 0.0, other + fp  # integer arithmetic: not an fp pipe's
         if fp or sfu or other or unknown:
             ops = Ops(fp, fp if flops is None else flops, sfu, other, set(unknown))
             found[expr] = Node(expr, ops, depends)

@@ -33,6 +33,8 @@ BASE_REGISTERS = 24
 MAX_UNROLLED = 4096
 #: Work-groups per compute unit a looping grid launches at most (``groups``).
 MAX_GROUPS_PER_UNIT = 32
+#: Reduction points of a flat first stage at most (:func:`flat_stage`: written out).
+MAX_FLAT_TERMS = 8
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,10 @@ class NodeLayout:
     groups: int = 0
     #: loop over the split index (:func:`split_index`) around the first two stages
     split: bool = False
+    #: the first stage computed flat over the block (:func:`flat_stage`)
+    flat: bool = False
+    #: operators staged one slice of the split index at a time (:func:`sliced`)
+    sliced: bool = False
 
     @property
     def block(self) -> int:
@@ -130,6 +136,38 @@ def split_index(e: BatchedEinsum, stages: Sequence[Stage]) -> str | None:
     return max(cands, key=lambda i: length(e, i)) if cands else None
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def flat_possible(e: BatchedEinsum, stages: Sequence[Stage]) -> bool:
+    """Whether the first stage can be computed flat (:func:`flat_stage`): its result goes
+    to local memory and its reduction has at most :data:`MAX_FLAT_TERMS` points."""
+    if len(stages) < 2 or kept_private(e, stages, 0):
+        return False
+    return math.prod(length(e, i) for i in stage_indices(e, stages, 0)
+                     if i not in stages[0].out) <= MAX_FLAT_TERMS
+
+
+def flat_stage(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: int
+               ) -> bool:
+    """Whether *layout* computes stage *s* flat: the block's entries of its result (its
+    output indices and the element, C order) spread over all the work-items, one entry
+    per work-item and round, its short reduction written out (divergence's ``W[r,j] =
+    sum_x J[x,r,e] u[x,e,j]``: consecutive work-items read consecutive ``u``), no
+    accumulators, no lane index."""
+    return layout.flat and s == 0 and flat_possible(e, stages)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def direct_stage(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: int
+                 ) -> bool:
+    """Whether *layout* writes stage *s* out without accumulators: the last stage, not
+    inside a split loop, every reduction index indexing registers (so unrolled: gradient's
+    ``sum_r J[x,r,e] V[r,i]``): each output entry is one sum."""
+    if s != len(stages) - 1 or (s == 1 and outer(e, stages, layout)):
+        return False
+    red = [i for i in stage_indices(e, stages, s) if i not in stages[s].out]
+    return bool(red) and set(red) <= private_indices(e, stages, s, layout.registers)
+
+
 def outer(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> str | None:
     """The index *layout* loops over around the first two stages (see :func:`split_index`)."""
     return split_index(e, stages) if layout.split else None
@@ -190,11 +228,23 @@ def operator_row(e: BatchedEinsum, stages: Sequence[Stage], c: int) -> int:
     return row if row > 1 and row % 2 == 0 else 0
 
 
+def sliced(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, c: int) -> bool:
+    """Whether *layout* stages operator *c* one slice at a time: inside the loop over the
+    split index (:func:`split_index`), which is its first index (divergence's ``D[r,i,j]``:
+    ``D[r]`` for the ``r`` of the loop), so that local memory holds one slice."""
+    split = outer(e, stages, layout)
+    return bool(layout.sliced and split and e.in_indices[c][:1] == (split,)
+                and access(e, stages, c, layout.registers) == "local")
+
+
 def operator_offset(e: BatchedEinsum, stages: Sequence[Stage], c: int,
-                    values: dict[str, Any]) -> Any:
+                    values: dict[str, Any], sliced: bool = False) -> Any:
     """The local offset of staged operator *c* at *values*: C order, each row after the
-    lane index padded by one where :func:`operator_row` says."""
+    lane index padded by one where :func:`operator_row` says; *sliced*: in the slice of
+    its first index's value."""
     idx, row = e.in_indices[c], operator_row(e, stages, c)
+    if sliced:
+        values = {**values, idx[0]: 0}
     if not row:
         return flat(e, idx, values)
     k = idx.index(stage_lane(e, stages, stage_of(stages, c)))
@@ -202,18 +252,21 @@ def operator_offset(e: BatchedEinsum, stages: Sequence[Stage], c: int,
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def operator_entries(e: BatchedEinsum, stages: Sequence[Stage], c: int, lanes: int) -> int:
+def operator_entries(e: BatchedEinsum, stages: Sequence[Stage], c: int, lanes: int,
+                     sliced: bool = False) -> int:
     """Local entries of staged operator *c*: its entries (rows padded, see
     :func:`operator_row`) and what a partial last chunk of its stage's lane index reads
-    past them."""
+    past them; *sliced*: of one slice along its first index (:func:`sliced`)."""
     idx = e.in_indices[c]
-    n = math.prod(length(e, i) for i in idx)
+    n = math.prod(length(e, i) for i in idx[1 if sliced else 0:])
     lane = stage_lane(e, stages, stage_of(stages, c))
     if lane not in idx:
         return n
     row = operator_row(e, stages, c)
     last = {i: length(e, i) - 1 for i in idx}
     last[lane] = chunks(length(e, lane), lanes) * lanes - 1
+    if sliced:
+        last[idx[0]] = 0
     return max(n + (n // row if row else 0), int(evaluate(operator_offset(e, stages, c, last))) + 1)
 
 
@@ -254,7 +307,8 @@ def local_entries(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout)
     for (r, c), owner in owners(e).items():
         mode = access(e, stages, c, layout.registers)
         if owner == r and mode in ("local", "registers"):
-            total += operator_entries(e, stages, c, layout.lanes)
+            total += operator_entries(e, stages, c, layout.lanes,
+                                      sliced(e, stages, layout, c))
     for c in range(e.noperands):
         if access(e, stages, c, layout.registers) == "staged":
             n = slots(e, layout) if c in specific(e) else 1
@@ -264,16 +318,32 @@ def local_entries(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout)
                                           layout) * n
     for s in range(len(stages) - 1):
         if not kept_private(e, stages, s):
-            total += math.prod(length(e, i) for i in stage_out(
-                e, stages, s, outer(e, stages, layout))) * layout.block * slots(e, layout)
+            total += result_entries(e, stages, layout, s) * slots(e, layout)
     return total
+
+
+def result_entries(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: int
+                   ) -> int:
+    """Local entries of stage *s*'s result (not kept in registers) per row of a pass: the
+    block's (padded to whole rounds when computed flat)."""
+    n = math.prod(length(e, i) for i in stage_out(e, stages, s, outer(e, stages, layout)))
+    return (padded_entries(n * layout.block, layout) if flat_stage(e, stages, layout, s)
+            else n * layout.block)
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def accumulators(e: BatchedEinsum, stages: Sequence[Stage], s: int, layout: NodeLayout
                  ) -> int:
-    """Accumulators of stage *s* per work-item and pass."""
+    """Accumulators of stage *s* per work-item and pass (none for a flat or direct
+    stage)."""
+    if flat_stage(e, stages, layout, s) or direct_stage(e, stages, layout, s):
+        return 0
+    return cells(e, stages, s, layout)
 
+
+@functools.lru_cache(maxsize=1 << 16)
+def cells(e: BatchedEinsum, stages: Sequence[Stage], s: int, layout: NodeLayout) -> int:
+    """Result entries of stage *s* a work-item computes per pass (not flat)."""
     lane = stage_lane(e, stages, s)
     others = math.prod(length(e, i) for i in stage_out(e, stages, s, outer(e, stages, layout))
                        if i != lane)
@@ -289,7 +359,7 @@ def register_values(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayou
     accumulators live through the first, and the performance model counts them all)."""
     total = 0
     for s in range(len(stages)):
-        total += accumulators(e, stages, s, layout) * (2 if kept_private(e, stages, s) else 1)
+        total += accumulators(e, stages, s, layout)
     for (r, c), owner in owners(e).items():
         if owner == r and access(e, stages, c, layout.registers) == "registers":
             lane = stage_lane(e, stages, stage_of(stages, c))
@@ -305,8 +375,10 @@ def unrolled_statements(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeL
     total = 0
     passes = chunks(e.nrows, layout.rows_per_pass)
     for s in range(len(stages)):
+        if flat_stage(e, stages, layout, s):
+            continue
         unrolled = private_indices(e, stages, s, layout.registers)
-        total += accumulators(e, stages, s, layout) * passes * math.prod(
+        total += cells(e, stages, s, layout) * passes * math.prod(
             length(e, i) for i in unrolled)
     return total
 
@@ -315,6 +387,8 @@ def unrolled_statements(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeL
 def fetched_values(e: BatchedEinsum, stages: Sequence[Stage], s: int, layout: NodeLayout
                    ) -> int:
     """Values a work-item loads per reduction point of stage *s* (for one pass)."""
+    if flat_stage(e, stages, layout, s) or direct_stage(e, stages, layout, s):
+        return 0
     total = 0
     for col in stages[s].inputs:
         dims = fetch_dims(e, stages, s, col, layout.registers,
@@ -449,7 +523,7 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
         lane = stage_lane(e, stages, s)
         points = math.prod(length(e, i) for i in stage_indices(e, stages, s)
                            if i not in st.out)
-        acc = accumulators(e, stages, s, layout) * passes
+        acc = cells(e, stages, s, layout) * passes
         fma += acc * points * max(1, len(st.inputs) - 1)
         for col in st.inputs:
             dims = fetch_dims(e, stages, s, col, layout.registers)

@@ -68,6 +68,7 @@ from feinsum.toolbox.node_plan import (
     element,
     fetch_dims,
     flat,
+    flat_stage,
     kept_private,
     length,
     node_reason,
@@ -78,6 +79,9 @@ from feinsum.toolbox.node_plan import (
     owners,
     padded_entries,
     private_indices,
+    direct_stage,
+    result_entries,
+    sliced,
     slots,
     stage_lane,
     stage_of,
@@ -164,12 +168,17 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
 
     regs: dict[tuple[int, int], str] = {}
     pre_ids: list[str] = []
+    slices: list[tuple[str, int, int]] = []  # staged per slice, inside the split loop
     for (r, c), owner in own.items():
         mode = access(e, stages, c, layout.registers)
         if owner != r or mode not in ("local", "registers"):
             continue
         idx, name = e.in_indices[c], f"o{c}_r{r}"
-        temp(name, (operator_entries(e, stages, c, L0),), dtype(r, c), local=True)
+        cut = sliced(e, stages, layout, c)
+        temp(name, (operator_entries(e, stages, c, L0, cut),), dtype(r, c), local=True)
+        if cut:
+            slices.append((name, r, c))
+            continue
         insns.append(flat_copy(name, f"op{c}_r{r}", idx, {}, math.prod(
             length(e, i) for i in idx), layout, group, bounds, id=f"copy_{name}",
             row=operator_row(e, stages, c)))
@@ -203,14 +212,27 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
         after = frozenset({f"*_p{p - 1}_*"} if p else set())
         copies = _element_copies(e, stages, layout, p, rows, e0, E, block, bounds, temp,
                                  dtype, loops, after)
+        copies += [flat_copy(
+            name, f"op{c}_r{r}", e.in_indices[c], {split: prim.Variable(f"{split}_p{p}x")},
+            math.prod(length(e, i) for i in e.in_indices[c][1:]), layout, block | around,
+            bounds, id=f"copy_p{p}_{name}", row=operator_row(e, stages, c)
+        ).copy(depends_on=after) for name, r, c in slices]
         insns += copies
         for s, st in enumerate(stages):
+            if flat_stage(e, stages, layout, s):
+                _result_temps(e, stages, layout, s, p, rows, temp)
+                insns += _flat_stage(e, stages, layout, p, rows, e0, E, block | around,
+                                     bounds, frozenset({*pre_ids, *(i.id for i in copies)}
+                                                       | after), own)
+                continue
             lane = stage_lane(e, stages, s)
             nb, T = length(e, lane), chunks(length(e, lane), L0)
             tag = f"s{s}p{p}"
             red_idx = [i for i in stage_indices(e, stages, s)
                        if i not in st.out and not (s == 1 and i == split)]
-            red = loops(red_idx, tag, private_indices(e, stages, s, layout.registers))
+            direct = direct_stage(e, stages, layout, s)
+            red = {} if direct else loops(red_idx, tag,
+                                          private_indices(e, stages, s, layout.registers))
             inside = around if s < 2 else set()  # statements inside the split loop
             whole = around if s == 0 else set()  # ... init and fin included
             n, t = prim.Variable(f"n_{tag}"), prim.Variable(f"t_{tag}")
@@ -221,17 +243,25 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
             inner = {n.name, t.name, *(v.name for v in oth.values())}
             vals = {el: e0 + n * R + l1, lane: t * L0 + l0, **oth, **red} | (
                 {split: prim.Variable(next(iter(around)))} if inside and split else {})
-            priorities.append([*inside, *(v.name for v in red.values()), n.name, t.name,
-                               *(v.name for v in oth.values())])
+            if not direct:
+                priorities.append([*inside, *(v.name for v in red.values()), n.name,
+                                   t.name, *(v.name for v in oth.values())])
             if s < len(stages) - 1:
                 _result_temps(e, stages, layout, s, p, rows, temp)
-            needs = {*pre_ids, *(i.id for i in copies)} | (
-                {f"fin_p{p}_s{s - 1}_*"} if s else set())
+            # a result kept in registers is read from the accumulators themselves
+            needs = {*pre_ids, *(i.id for i in copies)} | ({
+                f"{'upd' if kept_private(e, stages, s - 1) else 'fin'}_p{p}_s{s - 1}_*"}
+                if s else set())
             partial = {prim.Comparison(vals[lane], "<", nb)} if nb < T * L0 else set()
             dims = {"n": n, "t": t, **oth}
             fetched: dict[str, str] = {}
             for r in rows:
                 acc, sfx = f"a{s}_r{r}", f"_p{p}_s{s}_r{r}"
+                if direct:
+                    insns.append(_direct(e, stages, layout, s, r, vals, red_idx, n, t, regs,
+                                         own, E, partial, frozenset(block | inner),
+                                         frozenset(needs), sfx))
+                    continue
                 temp(acc, (NE, T, *(length(e, i) for i in oth)), e.value_dtype(r))
                 cell = subscript(acc, *cells)
                 factors = []
@@ -266,13 +296,20 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
                 dest, guards = _destination(e, stages, layout, s, r, vals, n, t, partial, E)
                 # init and fin loop over their own copies of the accumulator loops (loopy
                 # nests loops as a tree: the fetches sit between the reduction and these)
-                for role, i in itertools.product(("init", "fin"), inner):
+                roles = ("init",) if kept_private(e, stages, s) else ("init", "fin")
+                for role, i in itertools.product(roles, inner):
                     bounds[f"{i}_{role}"], tags[f"{i}_{role}"] = bounds[i], "unr"
 
                 def moved(x: Any, role: str, inner: set[str] = inner) -> Any:
                     return substitute(x, {i: prim.Variable(f"{i}_{role}") for i in inner})
 
-                insns += [
+                fin = [] if kept_private(e, stages, s) else [
+                    lp.Assignment(moved(dest, "fin"), moved(cell, "fin"), id=f"fin{sfx}",
+                                  predicates=frozenset(moved(g, "fin") for g in guards),
+                                  depends_on=frozenset({f"upd{sfx}"}),
+                                  within_inames=frozenset(
+                                      block | whole | {f"{i}_fin" for i in inner}))]
+                insns += [*fin,
                     lp.Assignment(moved(cell, "init"), e.value_dtype(r).type(0),
                                   id=f"init{sfx}", depends_on=after, within_inames=frozenset(
                                       block | whole | {f"{i}_init" for i in inner})),
@@ -281,12 +318,7 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
                                                         *fetched.values()}),
                                   within_inames=frozenset(
                                       block | inner | inside
-                                      | {v.name for v in red.values()})),
-                    lp.Assignment(moved(dest, "fin"), moved(cell, "fin"), id=f"fin{sfx}",
-                                  predicates=frozenset(moved(g, "fin") for g in guards),
-                                  depends_on=frozenset({f"upd{sfx}"}),
-                                  within_inames=frozenset(
-                                      block | whole | {f"{i}_fin" for i in inner}))]
+                                      | {v.name for v in red.values()}))]
 
     # }}}
 
@@ -342,6 +374,90 @@ def _element_copies(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayou
     return out
 
 
+def _flat_stage(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, p: int,
+                rows: Sequence[int], e0: Any, E: Any, within: set[str],
+                bounds: dict[str, int], needs: frozenset[str],
+                own: dict[tuple[int, int], int]) -> list[Any]:
+    """Pass *p*'s first stage computed flat (:func:`flat_stage`): its result for the whole
+    block, entry ``f = k*work_items + w`` by work-item ``w`` in round ``k`` (the layout of
+    the local result: element ``f // size``, then the stage's outputs in C order), its
+    short reduction written out as one sum. Consecutive work-items read consecutive
+    addresses of the element operands that end with the stage's outputs; the element
+    index is clamped to the last element (the entries past it are never stored)."""
+    el, st = element(e), stages[0]
+    out = stage_out(e, stages, 0, outer(e, stages, layout))
+    size = math.prod(length(e, i) for i in out)
+    red = [i for i in stage_indices(e, stages, 0) if i not in st.out]
+    split = outer(e, stages, layout)
+    work = layout.work_items
+    insns = []
+    for r in rows:
+        k = f"k_flat_p{p}_r{r}"
+        bounds[k] = chunks(size * layout.block, work)
+        f = prim.Variable(k) * work + prim.Variable("l1") * layout.lanes + prim.Variable("l0")
+        le = prim.FloorDiv(f, size)
+        vals: dict[str, Any] = {el: prim.Min((e0 + le, E - 1))}
+        rest = prim.Remainder(f, size)
+        for i, stride in zip(out, [math.prod(length(e, j) for j in out[n + 1:])
+                                   for n in range(len(out))], strict=True):
+            q = prim.FloorDiv(rest, stride) if stride > 1 else rest
+            vals[i] = prim.Remainder(q, length(e, i)) if i != out[0] else q
+        if split:
+            vals[split] = prim.Variable(f"{split}_p{p}x")
+        terms = []
+        for point in itertools.product(*(range(length(e, i)) for i in red)):
+            at = vals | dict(zip(red, point, strict=True))
+            terms.append(prim.Product(tuple(
+                _flat_factor(e, stages, layout, r, int(c), at, own, prim.Min((le, layout.block - 1)))
+                for c in st.inputs)))
+        insns.append(lp.Assignment(
+            subscript(f"w0_{r % slots(e, layout)}", f),
+            prim.Sum(tuple(terms)) if len(terms) > 1 else terms[0], id=f"fin_p{p}_s0_r{r}",
+            depends_on=needs, within_inames=frozenset(within | {k})))
+    return insns
+
+
+def _direct(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: int, r: int,
+            vals: dict[str, Any], red: Sequence[str], n: Any, t: Any,
+            regs: dict[tuple[int, int], str], own: dict[tuple[int, int], int], E: Any,
+            partial: set[Any], within: frozenset[str], needs: frozenset[str], sfx: str
+            ) -> lp.Assignment:
+    """Last stage *s* of row *r* written out (:func:`direct_stage`): each output entry one
+    sum over the reduction points, no accumulators (a value several entries read, as
+    ``J[x,r,e]`` for every node, is one load: the compiler's)."""
+    terms = []
+    for point in itertools.product(*(range(length(e, i)) for i in red)):
+        at = vals | dict(zip(red, point, strict=True))
+        terms.append(prim.Product(tuple(
+            _factor(e, stages, layout, s, r, col, at, n, t, regs, own, E, prim.Variable("l1"))
+            for col in stages[s].inputs)))
+    dest, guards = _destination(e, stages, layout, s, r, vals, n, t, partial, E)
+    return lp.Assignment(dest, prim.Sum(tuple(terms)) if len(terms) > 1 else terms[0],
+                         id=f"fin{sfx}", predicates=frozenset(guards), depends_on=needs,
+                         within_inames=within)
+
+
+def _flat_factor(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, r: int,
+                 c: int, vals: dict[str, Any], own: dict[tuple[int, int], int],
+                 local_el: Any) -> Any:
+    """Operand *c* of the flat first stage for row *r* at the index values *vals*."""
+    idx = e.in_indices[c]
+    mode = access(e, stages, c, layout.registers)
+    if mode in ("lanes", "broadcast"):
+        return prim.Variable(f"op{c}_r{r}")(*(vals[i] for i in idx))
+    if mode == "staged":
+        el = element(e)
+        k = idx.index(el)
+        S = math.prod(length(e, i) for i in idx[k + 1:])
+        return subscript(staged_name(e, layout, r, c),
+                         flat(e, idx[:k], vals) * padded_entries(layout.block * S, layout)
+                         + local_el * S + flat(e, idx[k + 1:], vals))
+    if mode in ("local", "registers"):
+        return subscript(f"o{c}_r{own[r, c]}", operator_offset(
+            e, stages, c, vals, sliced(e, stages, layout, c)))
+    return prim.Variable(f"op{c}_r{r}")()
+
+
 def _result_temps(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: int,
                   p: int, rows: Sequence[int], temp: Any) -> None:
     """Declare where stage *s* (not the last) keeps its result: per row in registers, or
@@ -349,13 +465,9 @@ def _result_temps(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout,
     lane = stage_lane(e, stages, s)
     dt = np.result_type(*(e.value_dtype(r) for r in rows))
     if kept_private(e, stages, s):
-        shape = (layout.elements, chunks(length(e, lane), layout.lanes),
-                 *(length(e, i) for i in stages[s].out if i != lane))
-        for r in rows:
-            temp(f"w{s}_r{r}", shape, dt)
-    elif p == 0:
-        size = math.prod(length(e, i) for i in stage_out(
-            e, stages, s, outer(e, stages, layout))) * layout.block
+        return  # the accumulators are the result
+    if p == 0:
+        size = result_entries(e, stages, layout, s)
         for slot in range(len(rows)):
             temp(f"w{s}_{slot}", (size,), dt, True)
 
@@ -378,7 +490,7 @@ def _factor(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: in
         prev = stages[s - 1]
         if kept_private(e, stages, s - 1):
             plane = stage_lane(e, stages, s - 1)
-            return subscript(f"w{s - 1}_r{r}", n, t, *(vals[i] for i in prev.out if i != plane))
+            return subscript(f"a{s - 1}_r{r}", n, t, *(vals[i] for i in prev.out if i != plane))
         pout = stage_out(e, stages, s - 1, outer(e, stages, layout))
         size = math.prod(length(e, i) for i in pout)
         return subscript(f"w{s - 1}_{r % slots(e, layout)}",
@@ -404,7 +516,8 @@ def _factor(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: in
         lane = stage_lane(e, stages, s)
         return subscript(regs[own[r, c], c], t, *(vals[i] for i in idx if i != lane))
     if mode == "local":
-        return subscript(f"o{c}_r{own[r, c]}", operator_offset(e, stages, c, vals))
+        return subscript(f"o{c}_r{own[r, c]}", operator_offset(
+            e, stages, c, vals, sliced(e, stages, layout, c)))
     return prim.Variable(f"op{c}_r{r}")()
 
 
@@ -412,14 +525,14 @@ def _destination(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, 
                  r: int, vals: dict[str, Any], n: Any, t: Any, partial: set[Any], E: Any
                  ) -> tuple[Any, set[Any]]:
     """Where stage *s*'s accumulators go and under which conditions: the output (inside
-    the ranges), the stage result kept in registers, or in local memory."""
-    st, el = stages[s], element(e)
+    the ranges) or local memory (``None``: a result kept in registers stays in its
+    accumulators)."""
+    el = element(e)
     if s == len(stages) - 1:
         return (subscript(f"out{r}", *(vals[i] for i in e.out_indices)),
                 partial | {prim.Comparison(vals[el], "<", E)})
-    lane = stage_lane(e, stages, s)
     if kept_private(e, stages, s):
-        return subscript(f"w{s}_r{r}", n, t, *(vals[i] for i in st.out if i != lane)), set()
+        return None, set()
     out = stage_out(e, stages, s, outer(e, stages, layout))
     size = math.prod(length(e, i) for i in out)
     return subscript(f"w{s}_{r % slots(e, layout)}",
