@@ -21,6 +21,7 @@ from feinsum.devices.models import MODELS
 from feinsum.errors import InvalidConfigurationError
 from feinsum.spec.canonical import canonicalize
 from feinsum.toolbox import dense as td
+from feinsum.toolbox import node_layouts as tl
 from feinsum.toolbox import node_plan as tp
 from feinsum.tuning.workloads import workloads
 
@@ -115,7 +116,7 @@ def test_stage_lanes_and_access_modes() -> None:
 
 def test_lane_options_and_padding() -> None:
     e = reference("local")
-    assert tp.lane_options(e) == [1, 2, 4, 5, 7, 8, 16, 32, 35]
+    assert tl.lane_options(e) == [1, 2, 4, 5, 7, 8, 16, 32, 35]
     one = td.element_stages(e, None)
     # 35 nodes in 2 chunks of 32: a partial chunk reads 29 rows of 35 past the operator
     assert tp.operator_entries(e, one, 0, 32) == 35 * 35 + 29 * 35

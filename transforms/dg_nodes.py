@@ -24,6 +24,7 @@ from feinsum import recipes as rc
 from feinsum.errors import RecipeError
 from feinsum.toolbox import core as tb
 from feinsum.toolbox import dense as td
+from feinsum.toolbox import node_layouts as tl
 from feinsum.toolbox import node_plan as tp
 from feinsum.toolbox import nodes as tn
 
@@ -38,7 +39,7 @@ def _layout(p: dict[str, Any]) -> tp.NodeLayout:
 
 
 def _misfit(e: Any, p: dict[str, Any], device: Any) -> str | None:
-    return tp.misfit(e, td.element_stages(e, p["last"]), _layout(p), device)
+    return tl.misfit(e, td.element_stages(e, p["last"]), _layout(p), device)
 
 
 def _applies(e: Any, device: Any) -> str | None:
@@ -47,24 +48,24 @@ def _applies(e: Any, device: Any) -> str | None:
     why = tp.node_reason(e)
     if why is not None:
         return why
-    if not tp.node_plans(e):
+    if not tl.node_plans(e):
         return tp.node_reason(e, td.element_stages(e, None))
-    if tp.best_layout(e, device) is None:
-        least = tp.NodeLayout(max(tp.lane_options(e)), 1, 1)
+    if not tl.any_layout_fits(e, device):
+        least = tp.NodeLayout(max(tl.lane_options(e)), 1, 1)
         return ("every layout exceeds a limit of the device; the smallest: "
-                f"{tp.misfit(e, td.element_stages(e, tp.node_plans(e)[0]), least, device)}")
+                f"{tl.misfit(e, td.element_stages(e, tl.node_plans(e)[0]), least, device)}")
     return None
 
 
 def _space(e: Any, device: Any) -> rc.ParameterSpace:
     units = device.compute_units
     uses_registers = any(tp.access(e, td.element_stages(e, c), k, True) == "registers"
-                         for c in tp.node_plans(e) for k in range(e.noperands))
+                         for c in tl.node_plans(e) for k in range(e.noperands))
     slices = any(tp.sliced(e, td.element_stages(e, c), tp.NodeLayout(1, 1, 1, split=True,
                                                                      sliced=True), k)
-                 for c in tp.node_plans(e) for k in range(e.noperands))
+                 for c in tl.node_plans(e) for k in range(e.noperands))
     return rc.ParameterSpace(
-        {"last": rc.Choice(tp.node_plans(e)), "node_lanes": rc.Choice(tp.lane_options(e)),
+        {"last": rc.Choice(tl.node_plans(e)), "node_lanes": rc.Choice(tl.lane_options(e)),
          "rows": rc.PowersOfTwo(1, 64), "elements": rc.IntRange(1, 8),
          "rows_per_pass": rc.IntRange(1, e.nrows),
          "operator": rc.Choice(["local", *(["registers"] if uses_registers else []),
@@ -96,7 +97,7 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
-    best = tp.best_layout(e, device)
+    best = tl.best_layout(e, device)
     if best is None:
         raise RecipeError(f"dg_nodes does not fit {e} on {device.name} (applies() says why)")
     last, lay = best

@@ -65,6 +65,7 @@ from feinsum.toolbox.node_plan import (
     NodeLayout,
     access,
     chunks,
+    direct_stage,
     element,
     fetch_dims,
     flat,
@@ -79,7 +80,6 @@ from feinsum.toolbox.node_plan import (
     owners,
     padded_entries,
     private_indices,
-    direct_stage,
     result_entries,
     sliced,
     slots,
@@ -213,7 +213,7 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
         copies = _element_copies(e, stages, layout, p, rows, e0, E, block, bounds, temp,
                                  dtype, loops, after)
         copies += [flat_copy(
-            name, f"op{c}_r{r}", e.in_indices[c], {split: prim.Variable(f"{split}_p{p}x")},
+            name, f"op{c}_r{r}", e.in_indices[c], {str(split): prim.Variable(f"{split}_p{p}x")},
             math.prod(length(e, i) for i in e.in_indices[c][1:]), layout, block | around,
             bounds, id=f"copy_p{p}_{name}", row=operator_row(e, stages, c)
         ).copy(depends_on=after) for name, r, c in slices]
@@ -408,7 +408,8 @@ def _flat_stage(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, p
         for point in itertools.product(*(range(length(e, i)) for i in red)):
             at = vals | dict(zip(red, point, strict=True))
             terms.append(prim.Product(tuple(
-                _flat_factor(e, stages, layout, r, int(c), at, own, prim.Min((le, layout.block - 1)))
+                _flat_factor(e, stages, layout, r, int(c), at, own,
+                             prim.Min((le, layout.block - 1)))
                 for c in st.inputs)))
         insns.append(lp.Assignment(
             subscript(f"w0_{r % slots(e, layout)}", f),
@@ -462,7 +463,6 @@ def _result_temps(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout,
                   p: int, rows: Sequence[int], temp: Any) -> None:
     """Declare where stage *s* (not the last) keeps its result: per row in registers, or
     one local array per row of a pass (declared in pass 0)."""
-    lane = stage_lane(e, stages, s)
     dt = np.result_type(*(e.value_dtype(r) for r in rows))
     if kept_private(e, stages, s):
         return  # the accumulators are the result

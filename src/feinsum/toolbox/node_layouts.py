@@ -1,0 +1,229 @@
+"""The search for a device's default layout of :mod:`feinsum.toolbox.nodes`: an estimate of
+a layout's time per element (:func:`layout_cost`), whether a layout fits the device
+(:func:`misfit`), and the layout of least estimate among those that fit
+(:func:`best_layout`)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any, cast
+
+from feinsum.devices.info import GENERIC_GPU
+from feinsum.spec.model import BatchedEinsum
+from feinsum.toolbox.dense import Stage, element_index, element_stages, plans, stage_indices
+from feinsum.toolbox.node_plan import (
+    MAX_GROUPS_PER_UNIT,
+    MAX_UNROLLED,
+    NodeLayout,
+    access,
+    cells,
+    chunks,
+    fetch_dims,
+    itemsize,
+    kept_private,
+    length,
+    local_entries,
+    node_reason,
+    operator_entries,
+    owners,
+    plan_stages,
+    registers,
+    slots,
+    specific,
+    split_index,
+    stage_lane,
+    unrolled_statements,
+)
+
+# {{{ the default: an estimate of a layout's time per element
+
+
+#: fp32 lanes a compute unit issues per clock (NVIDIA's SM, AMD's CU with packed fp32):
+#: what :func:`layout_cost` divides multiply-adds by (fp64: times the device's fp64 rate).
+FP32_LANES = 128
+#: Subgroups a compute unit needs resident to hide memory latencies (:func:`layout_cost`).
+LATENCY_SUBGROUPS = 16
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def lane_options(e: BatchedEinsum) -> list[int]:
+    """Work-items along ``l.0`` a layout may take: the divisors of the output's last index
+    length (no idle lanes) and the powers of two below it (whole subgroups)."""
+    n = length(e, e.out_indices[-1])
+    return sorted({d for d in range(1, n + 1) if n % d == 0}
+                  | {2 ** k for k in range(8) if 2 ** k < n})
+
+
+def _subgroup(device: Any) -> int:
+    return int(device.subgroup_width or GENERIC_GPU["subgroup_width"])
+
+
+def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, device: Any
+                ) -> float:
+    """An estimate of a layout's time per element on *device*, in compute-unit clocks:
+    the most of its L1/local-memory wavefronts (a wavefront moves one 32-bit word per lane
+    of a subgroup; a subgroup's access to ``d`` distinct values of one row takes
+    ``d*itemsize / wavefront`` of them, rounded up, once per element row it spans) and
+    its multiply-add issue (:data:`FP32_LANES`), stretched when fewer than
+    :data:`LATENCY_SUBGROUPS` subgroups fit a compute unit (registers, local memory)."""
+    sg, isz = _subgroup(device), itemsize(e)
+    L0, B = layout.lanes, layout.block
+    warps = -(-layout.work_items // sg)
+    spans = min(layout.rows, max(1, sg // L0))  # element rows one subgroup access spans
+
+    def waves(distinct: int, rows: int = 1, local: bool = True) -> float:
+        # local memory: the distinct values of every row at once (no bank conflicts);
+        # global memory: each row's values are a separate run of cache lines
+        if local:
+            return max(1, -(-distinct * rows * isz // (sg * 4)))
+        return rows * max(1, -(-distinct * isz // (sg * 4)))
+
+    lsu = fma = 0.0  # per work-item and block, then per element
+    passes = chunks(e.nrows, layout.rows_per_pass)
+    for s, st in enumerate(stages):
+        lane = stage_lane(e, stages, s)
+        points = math.prod(length(e, i) for i in stage_indices(e, stages, s)
+                           if i not in st.out)
+        acc = cells(e, stages, s, layout) * passes
+        fma += acc * points * max(1, len(st.inputs) - 1)
+        for col in st.inputs:
+            dims = fetch_dims(e, stages, s, col, layout.registers)
+            if dims is None:
+                continue
+            sizes = {"n": layout.elements, "t": chunks(length(e, lane), L0)}
+            count = math.prod(sizes.get(d) or length(e, d) for d in dims)
+            copies = slots(e, layout) if col == "w" or int(col) in specific(e) else 1
+            # one run of addresses per subgroup, except a "lanes" read: one per row
+            lsu += points * passes * count * copies * waves(
+                min(L0, sg) if "t" in dims else 1, spans if "n" in dims else 1,
+                col == "w" or access(e, stages, int(col), layout.registers) != "lanes")
+        if s == len(stages) - 1 or not kept_private(e, stages, s):  # stores
+            lsu += acc * waves(min(L0, sg), spans, s < len(stages) - 1)
+    lsu *= warps / B
+    # the block's copies into local memory: a global read and a local store per value
+    el = element_index(e)
+    staged = sum(math.prod(length(e, i) for i in e.in_indices[c] if i != el)
+                 * (e.nrows if c in specific(e) else 1) for c in range(e.noperands)
+                 if access(e, stages, c, layout.registers) == "staged")
+    operators = sum(operator_entries(e, stages, c, L0) for (r, c), o in owners(e).items()
+                    if o == r and access(e, stages, c, layout.registers) in ("local",
+                                                                           "registers"))
+    lsu += 2 * waves(sg) / sg * (staged + (0 if layout.groups else operators / B))
+    fp_rate = FP32_LANES / sg * (device.fp64_rate if isz == 8 and device.fp64_rate else 1.0)
+    fma = fma * warps / B / fp_rate
+    resident = resident_groups(e, stages, layout, device) * warps
+    return max(lsu, fma) * max(1.0, LATENCY_SUBGROUPS / resident)
+
+
+def resident_groups(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout,
+                    device: Any) -> int:
+    """Work-groups of *layout* one compute unit holds at once (its registers over the
+    group's estimate; its local memory, where the device's L1 holds it, over the group's)."""
+    sg = _subgroup(device)
+    isz = itemsize(e)
+    regs = registers(e, stages, layout) * -(-layout.work_items // sg) * sg
+    by_regs = int(device.registers_per_compute_unit
+                  or GENERIC_GPU["registers_per_compute_unit"]) // max(1, regs)
+    # where the L1 holds local memory, part of it stays cache (7/8 at most for local
+    # memory), and each group's local memory takes a little more (1 KiB of it)
+    local = local_entries(e, stages, layout) * isz + 1024
+    capacity = max(device.local_mem_size, device.l1_cache_size * 7 // 8)
+    return max(1, min(by_regs, capacity // local, MAX_GROUPS_PER_UNIT))
+
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def node_plans(e: BatchedEinsum) -> list[int | None]:
+    """The contraction plans (``last``, :func:`feinsum.toolbox.dense.plans`) the layout
+    runs."""
+    return [c for c in plans(e) if node_reason(e, element_stages(e, c)) is None]
+
+
+def private_registers(device: Any) -> int:
+    """32-bit registers a work-item may take (the device's, or a generic GPU's)."""
+    return int(device.registers_per_work_item or GENERIC_GPU["registers_per_work_item"])
+
+
+def misfit(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, device: Any
+           ) -> str | None:
+    """Which of the device's limits *layout* exceeds (``None``: it fits): local memory,
+    registers per work-item, :data:`MAX_UNROLLED`."""
+    isz = itemsize(e)
+    local = local_entries(e, stages, layout) * isz
+    if local > device.local_mem_size:
+        return f"{local} bytes of local memory > local_mem_size {device.local_mem_size}"
+    regs = registers(e, stages, layout)
+    if regs > private_registers(device):
+        return (f"about {regs} registers per work-item > registers_per_work_item "
+                f"{private_registers(device)}")
+    group = regs * layout.work_items
+    units = int(device.registers_per_compute_unit or GENERIC_GPU["registers_per_compute_unit"])
+    if group > units:
+        return (f"about {group} registers per work-group > registers_per_compute_unit "
+                f"{units}")
+    code = unrolled_statements(e, stages, layout)
+    if code > MAX_UNROLLED:
+        return f"{code} unrolled multiply-adds per block > {MAX_UNROLLED}"
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def any_layout_fits(e: BatchedEinsum, device: Any) -> bool:
+    """Whether :func:`best_layout` finds a layout (it stops at the first that fits)."""
+    e = cast(BatchedEinsum, _Same(e))
+    return any(not misfit(e, plan_stages(e, last), layout, device)
+               for last, layout in _candidates(e, device))
+
+
+def _candidates(e: BatchedEinsum, device: Any) -> Iterator[tuple[int | None, NodeLayout]]:
+    sg, sizes = _subgroup(device), device.max_work_item_sizes
+    limit = min(device.max_work_group_size, 1024)
+    for last, lanes, k in itertools.product(node_plans(e), lane_options(e), range(7)):
+        rows = 2 ** k
+        if not sg <= lanes * rows <= limit or lanes > sizes[0] or rows > sizes[1]:
+            continue
+        stages = plan_stages(e, last)
+        regs = [False, True] if any(access(e, stages, c, True) == "registers"
+                                    for c in range(e.noperands)) else [False]
+        splits = [False, True] if split_index(e, stages) else [False]
+        for n, f, reg, sp in itertools.product((1, 2, 4, 8), range(1, e.nrows + 1), regs,
+                                               splits):
+            lay = NodeLayout(lanes, rows, n, f, reg, 0, sp)
+            yield last, lay
+            # one wave of work-groups looping over the blocks: operators staged once
+            yield last, NodeLayout(lanes, rows, n, f, reg, device.compute_units
+                                   * resident_groups(e, stages, lay, device), sp)
+
+
+class _Same:
+    """An einsum looked up by identity: the search below asks the caches of this module
+    about one einsum thousands of times, and a spec's own hash walks all of it."""
+
+    def __init__(self, e: BatchedEinsum) -> None:
+        self._e = e
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._e, name)
+
+
+@functools.lru_cache(maxsize=256)
+def best_layout(e: BatchedEinsum, device: Any) -> tuple[int | None, NodeLayout] | None:
+    """The plan and layout of least :func:`layout_cost` among those that fit *device*
+    (one block per work-group, or one wave of work-groups looping over the blocks), or
+    ``None`` if none fits."""
+    best: tuple[float, int, int | None, NodeLayout] | None = None
+    e = cast(BatchedEinsum, _Same(e))
+    for last, layout in _candidates(e, device):
+        stages = plan_stages(e, last)
+        if misfit(e, stages, layout, device):
+            continue
+        cost = (layout_cost(e, stages, layout, device), registers(e, stages, layout))
+        if best is None or cost < best[:2]:
+            best = (*cost, last, layout)  # type: ignore[assignment]
+    return None if best is None else (best[2], best[3])
+
+
+# }}}
