@@ -83,3 +83,8 @@ class PlanError(CampaignError):
 
 class SchedulerUnreachableError(CampaignError):
     """The dask scheduler of a campaign cannot be reached."""
+
+
+class PerformanceWarning(UserWarning):
+    """Something makes feinsum's programs slower than they need be (a warning, not an
+    error: the results are right); the message names the fix."""

@@ -21,6 +21,9 @@ class GroupReport:
     (every candidate raised; the statements are untouched and ``note`` says why).
     ``rung`` is the fallback-chain rung of the record (``"default"`` when none was used);
     ``expected_gflops`` the record's GFLOP/s (at ``record_lengths``), None without one.
+    ``fused``: the operand expressions its kernel evaluates in its loads and the epilogues
+    it applies in its stores (:mod:`feinsum.spec.fused`); ``not_fused``: what could have
+    been and why not (the statements then run as they were, in kernels of their own).
     """
 
     kernel: str
@@ -37,6 +40,10 @@ class GroupReport:
     record_id: str | None = None
     record_lengths: Mapping[str, int] | None = None
     note: str = ""
+    #: the elementwise work computed in the einsum's loads and stores (kernel names)
+    fused: tuple[str, ...] = ()
+    #: elementwise work that could have been fused and was not, and why
+    not_fused: tuple[str, ...] = ()
 
     @property
     def transformed(self) -> bool:
@@ -46,6 +53,7 @@ class GroupReport:
         d = asdict(self)
         d["params"] = None if self.params is None else dict(self.params)
         d["record_lengths"] = None if self.record_lengths is None else dict(self.record_lengths)
+        d["fused"], d["not_fused"] = list(self.fused), list(self.not_fused)
         return d
 
 
@@ -120,6 +128,8 @@ class HookReport:
             note = f" [{g.note}]" if g.note else ""
             lines.append(f"  {g.kernel}:{'+'.join(g.insn_ids)} {g.einsum}: {what} "
                          f"(rung {g.rung}{speed}){note}")
+            lines += [f"    fused: {f}" for f in g.fused]
+            lines += [f"    {f}" for f in g.not_fused]
         for k in self.kernel_reports:
             if k.action == "reverted":
                 lines.append(f"  kernel {k.name}: reverted to the untransformed kernel "

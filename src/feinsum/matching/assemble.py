@@ -37,6 +37,7 @@ from feinsum.errors import RecipeFailure
 if TYPE_CHECKING:
     import loopy as lp
 
+    from feinsum.matching.fusion import Fusion
     from feinsum.matching.model import Match
 
 #: ``schedule(kernel, statement_ids) -> kernel``: a parallel schedule for one unit.
@@ -56,6 +57,31 @@ class Part:
     callables: Mapping[str, Any] = field(default_factory=dict)
     #: why loopy cannot schedule the kernel (None: it can)
     problem: str | None = None
+    #: the elementwise work fused into the kernel (:mod:`feinsum.matching.fusion`)
+    fusion: Fusion | None = None
+
+    @property
+    def insn_ids(self) -> tuple[str, ...]:
+        """The user's statements the part computes: the match's and those fused in."""
+        extra = () if self.fusion is None else self.fusion.statements
+        return (*self.match.all_insn_ids, *extra)
+
+    @property
+    def names(self) -> dict[str, str]:
+        """Canonical name -> the user's name, for every name of the part's kernel."""
+        names = dict(self.match.from_canonical)
+        if self.fusion is not None:
+            names.update(self.fusion.names)
+        return names
+
+    @property
+    def arrays(self) -> set[str]:
+        """The user's arrays the part reads or writes."""
+        names = self.names
+        used = {names.get(a.name, a.name) for a in self.kernel.args}
+        dropped = set() if self.fusion is None else set(self.fusion.dropped)
+        return ({a.name for a in self.match.einsum.arrays}
+                | {o for row in self.match.outputs for o in row} | used) - dropped
 
 
 # {{{ helpers
@@ -119,7 +145,7 @@ def _place(part: Part, taken: set[str], ids: set[str]) -> Any:
     from feinsum.matching.normalize import kernel_names, rename_kernel, resolve_names
 
     tk = part.kernel
-    to_user = dict(part.match.from_canonical)
+    to_user = part.names
     names = kernel_names(tk)
     arg_names = {a.name for a in tk.args}
     exact = {c: u for c, u in to_user.items() if c in arg_names}
@@ -181,7 +207,7 @@ def _arguments(base: Any, parts: Sequence[Part], placed: Sequence[Any], rest_nam
     added: dict[str, Any] = {}
     user_args = {a.name: a for a in base.args}
     for part, tk in zip(parts, placed, strict=True):
-        to_user = dict(part.match.from_canonical)
+        to_user = part.names
         fixed = part.match.canonical_lengths
         ref_args = {to_user.get(a.name, a.name): a for a in part.reference.args
                     if a.name not in fixed}
@@ -334,7 +360,7 @@ def _order(user: Any, parts: Sequence[Part], rest: Sequence[Any]) -> list[Any]:
     position = {insn.id: k for k, insn in enumerate(user.instructions)}
     owner: dict[str, int] = {}
     for k, p in enumerate(parts):
-        for i in p.match.all_insn_ids:
+        for i in p.insn_ids:
             owner[i] = k
 
     def node(dep: str) -> Any:
@@ -344,13 +370,13 @@ def _order(user: Any, parts: Sequence[Part], rest: Sequence[Any]) -> list[Any]:
     for insn in rest:
         deps[insn.id] = {node(d) for d in insn.depends_on if d in position}
     for k, p in enumerate(parts):
-        ids = set(p.match.all_insn_ids)
+        ids = set(p.insn_ids)
         deps[k] = {node(d) for i in ids for d in user.id_to_insn[i].depends_on
                    if d in position and d not in ids}
     for n in deps:
         deps[n].discard(n)
     rank = {n: (position[n] if isinstance(n, str) else
-                min(position[i] for i in parts[n].match.all_insn_ids)) for n in deps}
+                min(position[i] for i in parts[n].insn_ids)) for n in deps}
     users: dict[Any, set[Any]] = {n: set() for n in deps}
     for n, ds in deps.items():
         for d in ds:
@@ -408,8 +434,8 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
 
     from feinsum.matching.normalize import kernel_names
 
-    matched_ids = {i for p in parts for i in p.match.all_insn_ids}
-    if len(matched_ids) != sum(len(p.match.all_insn_ids) for p in parts):
+    matched_ids = {i for p in parts for i in p.insn_ids}
+    if len(matched_ids) != sum(len(p.insn_ids) for p in parts):
         raise RecipeFailure("two transformed einsums claim the same statement")
     matched = [user.id_to_insn[i] for i in matched_ids]
     rest = [insn for insn in user.instructions if insn.id not in matched_ids]
@@ -418,8 +444,7 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
 
     used = _insn_names(rest) | _names_in_rules(user)
     # the einsums' own inputs and outputs stay, whoever else reads them
-    io = {a.name for p in parts for a in p.match.einsum.arrays} | {
-        o for p in parts for row in p.match.outputs for o in row}
+    io = {a for p in parts for a in p.arrays}
     mine = _insn_names(matched)
     drop_inames = {i for i in mine & set(user.all_inames()) if i not in used}
     drop_temps = {t for t in mine & set(user.temporary_variables) if t not in used | io}
@@ -441,7 +466,7 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
     # {{{ statements, in units
 
     part_ids = [frozenset(insn.id for insn in tk.instructions) for tk in placed]
-    owner = {i: k for k, p in enumerate(parts) for i in p.match.all_insn_ids}
+    owner = {i: k for k, p in enumerate(parts) for i in p.insn_ids}
 
     def redirect(deps: Iterable[str]) -> frozenset[str]:
         out: set[str] = set()
@@ -457,8 +482,8 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
         members: set[str] = set()
         for n in nodes:
             if isinstance(n, int):
-                ext = {d for i in parts[n].match.all_insn_ids
-                       for d in user.id_to_insn[i].depends_on} - set(parts[n].match.all_insn_ids)
+                ext = {d for i in parts[n].insn_ids
+                       for d in user.id_to_insn[i].depends_on} - set(parts[n].insn_ids)
                 extra = redirect(d for d in ext if d in user.id_to_insn)
                 for insn in placed[n].instructions:
                     new[insn.id] = insn.copy(depends_on=insn.depends_on | extra)
