@@ -233,10 +233,13 @@ def transform_program(
     t_unit = _checked(original, t_unit, groups, kernels)
     note = "" if vector_problem is None else (
         f"the device cannot build vector code ({vector_problem}): scalar code only")
+    from feinsum.hook.launches import LazyLaunches
+
     report = HookReport(device=info.name, database=where,
                         groups=tuple(g for name in names for g in groups[name]),
                         seconds=time.perf_counter() - t0, kernels=tuple(names),
-                        kernel_reports=tuple(kernels[name] for name in names), note=note)
+                        kernel_reports=tuple(kernels[name] for name in names), note=note,
+                        programs=LazyLaunches(original, t_unit))
     if cache:
         _cache_put(key, (t_unit, report))
         if planner.tuned and database is not None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+if TYPE_CHECKING:
+    from feinsum.hook.launches import Launches, LazyLaunches
 
 #: What the hook did with one statement group.
 Action: TypeAlias = Literal["replayed", "tuned", "default", "untransformed", "skipped", "failed"]
@@ -88,7 +91,12 @@ class KernelReport:
 @dataclass(frozen=True)
 class HookReport:
     """The groups found in every kernel, in program order; ``cached``: this answer came from
-    the hook's cache (the program, device and database revision were seen before)."""
+    the hook's cache (the program, device and database revision were seen before).
+
+    :attr:`launches` and :attr:`untransformed_launches` list the device kernels of the
+    program after and before the hook (:mod:`feinsum.hook.launches`: launch grids, the
+    global temporaries each writes and their bytes), so that what the hook added shows;
+    they are computed when first asked for (a linearization of each program)."""
 
     device: str
     database: str | None
@@ -98,6 +106,17 @@ class HookReport:
     kernels: tuple[str, ...] = field(default=())
     kernel_reports: tuple[KernelReport, ...] = field(default=())
     note: str = ""
+    programs: LazyLaunches | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def launches(self) -> Launches | None:
+        """The device kernels of the transformed program (None: not known)."""
+        return None if self.programs is None else self.programs.get()[1]
+
+    @property
+    def untransformed_launches(self) -> Launches | None:
+        """The device kernels of the program the hook was given."""
+        return None if self.programs is None else self.programs.get()[0]
 
     @property
     def transformed(self) -> int:
@@ -115,7 +134,10 @@ class HookReport:
                 "note": self.note,
                 "seconds": self.seconds, "kernels": list(self.kernels),
                 "groups": [g.as_dict() for g in self.groups],
-                "kernel_reports": [k.as_dict() for k in self.kernel_reports]}
+                "kernel_reports": [k.as_dict() for k in self.kernel_reports],
+                "launches": None if self.launches is None else self.launches.as_dict(),
+                "untransformed_launches": None if self.untransformed_launches is None
+                else self.untransformed_launches.as_dict()}
 
     def __str__(self) -> str:
         head = (f"feinsum hook on {self.device}: {len(self.groups)} einsum groups in "
@@ -139,4 +161,15 @@ class HookReport:
                              "given the default parallel schedule")
             for insn_id, why in k.rejected.items():
                 lines.append(f"  kernel {k.name}: statement {insn_id} not an einsum: {why}")
+        lines += self.launch_lines()
         return "\n".join(lines)
+
+    def launch_lines(self) -> list[str]:
+        """The device kernels before and after, as :meth:`__str__` prints them."""
+        after, before = self.launches, self.untransformed_launches
+        if after is None or before is None:
+            return []
+        lines = [f"  device kernels: {after.summary()} (untransformed: {before.summary()})"]
+        lines += after.lines() + ([f"    [{after.note}]"] if after.note else [])
+        lines += ["  untransformed:", *before.lines()]
+        return lines + ([f"    [{before.note}]"] if before.note else [])

@@ -423,6 +423,8 @@ class Assembled:
 
     kernel: lp.LoopKernel
     scheduled: int = 0
+    #: per unit, the first unit of its launch (:func:`feinsum.matching.merge.launch_groups`)
+    launches: tuple[int, ...] = ()
 
 
 def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
@@ -430,8 +432,6 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
     """The user's kernel with every part in place of its matched statements (see the
     module docstring)."""
     import loopy as lp
-    from loopy.kernel.instruction import BarrierInstruction
-
     from feinsum.matching.normalize import kernel_names
 
     matched_ids = {i for p in parts for i in p.insn_ids}
@@ -497,36 +497,18 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
     # }}}
 
     knl = _combined(base, placed, args, list(new.values()))
+    from feinsum.matching.merge import launch_groups, schedule_rest, with_barriers
+
     scheduled = 0
     if schedule is not None:
-        for (key, _), unit in zip(units, unit_ids, strict=True):
-            if key[0] == "rest" and key[1] and not has_hw_axes(knl, unit):
-                knl = schedule(knl, unit)
-                scheduled += 1
-
-    # {{{ global barriers between units that need their own grids
-
+        knl, scheduled = schedule_rest(knl, [key for key, _ in units], unit_ids, schedule)
     hw = [has_hw_axes(knl, unit) for unit in unit_ids]
-    cuts = [k for k in range(1, len(unit_ids)) if hw[k] or hw[k - 1]]
+    first = (launch_groups(knl, unit_ids, hw) if schedule is not None
+             else list(range(len(unit_ids))))
+    cuts = [k for k in range(1, len(unit_ids)) if (hw[k] or hw[k - 1]) and first[k] == k]
     _check_private(knl, unit_ids, cuts)
-    insns = {insn.id: insn for insn in knl.instructions}
-    position = {insn.id: k for k, insn in enumerate(knl.instructions)}
-    result: list[Any] = []
-    last: str | None = None
-    for k, unit in enumerate(unit_ids):
-        if k in cuts:
-            bid = fresh_name("feinsum_gbarrier", ids)
-            result.append(BarrierInstruction(
-                id=bid, depends_on=unit_ids[k - 1] | ({last} if last else set()),
-                synchronization_kind="global", mem_kind="global", within_inames=frozenset()))
-            last = bid
-        for i in sorted(unit, key=position.__getitem__):
-            insn = insns[i]
-            result.append(insn if last is None else insn.copy(depends_on=insn.depends_on | {last}))
-
-    # }}}
-
-    return Assembled(knl.copy(instructions=result), scheduled)
+    result = with_barriers(knl, unit_ids, first, cuts, lambda stem: fresh_name(stem, ids))
+    return Assembled(knl.copy(instructions=result), scheduled, tuple(first))
 
 
 def _combined(base: Any, placed: Sequence[Any], args: list[Any], insns: list[Any]) -> Any:
