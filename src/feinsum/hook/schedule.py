@@ -50,6 +50,12 @@ def default_schedule(device: DeviceInfo) -> Schedule:
     def schedule(knl: lp.LoopKernel, insn_ids: frozenset[str]) -> lp.LoopKernel:
         return schedule_unit(knl, insn_ids, device)
 
+    # what assembly may keep in local memory per work-group (in a work-item's private
+    # memory where groups have one item), besides the recipes' own
+    schedule.local_memory = device.local_mem_size // 2  # type: ignore[attr-defined]
+    schedule.private_memory = int(  # type: ignore[attr-defined]
+        device.group_private_bytes // 2 if device.is_cpu
+        else device.private_bytes_per_work_item)
     return schedule
 
 

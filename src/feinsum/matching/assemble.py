@@ -508,6 +508,13 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
     cuts = [k for k in range(1, len(unit_ids)) if (hw[k] or hw[k - 1]) and first[k] == k]
     _check_private(knl, unit_ids, cuts)
     result = with_barriers(knl, unit_ids, first, cuts, lambda stem: fresh_name(stem, ids))
+    if schedule is not None:
+        from feinsum.matching.demote import demote
+
+        knl, _ = demote(knl.copy(instructions=result), unit_ids, first,
+                        int(getattr(schedule, "local_memory", 0)),
+                        int(getattr(schedule, "private_memory", 0)))
+        result = list(knl.instructions)
     return Assembled(knl.copy(instructions=result), scheduled, tuple(first))
 
 

@@ -49,9 +49,9 @@ def fuse_part(part: Part, fusion: Fusion) -> Part | str:
     tk = part.kernel
     try:
         tk = _operands(tk, {op.array: op for op in spec.operands})
+        tk, ref = _declare(tk, part, fusion)
         for ep in spec.epilogues:
             tk = _epilogue(tk, ep)
-        tk, ref = _declare(tk, part, fusion)
     except _NotFused as exc:
         return str(exc)
     except FeinsumError as exc:
@@ -184,8 +184,11 @@ def _apply(ep: Epilogue, idx: tuple[Any, ...], value: Any) -> Any:
 
 def _vstore(tk: lp.LoopKernel, insn: Any, ep: Epilogue, lanes: dict[str, Any]
             ) -> tuple[Any, list[Any]]:
-    """The ``vstoreN`` *insn* storing the epilogue of its vector, and the statement that
-    computes that vector (a lane loop along the output's contiguous axis)."""
+    """The ``vstoreN`` *insn* storing the epilogue of its vector, and the statements that
+    compute that vector just before: the arrays the epilogue reads loaded into private
+    vectors (lanes along the output's contiguous axis) and the epilogue computed on whole
+    vectors in OpenCL C (vector math builtins); lane by lane where the epilogue has
+    something OpenCL C vectors cannot do."""
     import loopy as lp
 
     from feinsum.matching.assemble import fresh_name
@@ -198,24 +201,143 @@ def _vstore(tk: lp.LoopKernel, insn: Any, ep: Epilogue, lanes: dict[str, Any]
     axis = [k for k, t in enumerate(arg.dim_tags or ()) if getattr(t, "stride", None) == 1]
     if len(axis) != 1:
         raise _NotFused(f"{ep.output} has no contiguous axis for its vector stores")
-    taken = kernel_names(tk) | set(lanes) | set(tk.id_to_insn)
-    lane = fresh_name(f"{insn.id}_lane", taken)
-    epi = fresh_name(f"{temp}_epilogue", taken)
-    sid = fresh_name(f"{insn.id}_epilogue", taken)
+    taken = kernel_names(tk) | set(lanes) | set(tk.id_to_insn) | {
+        k[5:] for k in lanes if k.startswith("temp:")}
+
+    def fresh(stem: str) -> str:
+        return fresh_name(stem, taken)
+
+    lane = fresh(f"{insn.id}_lane")
+    epi = fresh(f"{temp}_epilogue")
     lanes[lane] = vec
     idx = list(_indices(assignee))
     idx[axis[0]] = idx[axis[0]] + prim.Variable(lane)
     tv = tk.temporary_variables[temp]
     lanes[f"temp:{epi}"] = tv.copy(name=epi, dtype=arg.dtype)
-    value = prim.Subscript(prim.Variable(temp), (prim.Variable(lane),))
-    compute = lp.Assignment(
-        prim.Subscript(prim.Variable(epi), (prim.Variable(lane),)),
-        _apply(ep, tuple(idx), value), id=sid, depends_on=insn.depends_on,
-        within_inames=insn.within_inames | {lane}, predicates=insn.predicates)
+    try:
+        compute = _vector_epilogue(tk, insn, ep, tuple(idx), lane, temp, epi, vec, arg.dtype,
+                                   fresh, lanes)
+    except _Scalar:  # lane by lane
+        value = prim.Subscript(prim.Variable(temp), (prim.Variable(lane),))
+        compute = [lp.Assignment(
+            prim.Subscript(prim.Variable(epi), (prim.Variable(lane),)),
+            _apply(ep, tuple(idx), value), id=fresh(f"{insn.id}_epilogue"),
+            depends_on=insn.depends_on, within_inames=insn.within_inames | {lane},
+            predicates=insn.predicates)]
     code = re.sub(rf"\b{re.escape(temp)}\b", epi, insn.code)
     store = insn.copy(code=code, read_variables=frozenset(insn.read_variables - {temp}) | {epi},
-                      depends_on=insn.depends_on | {sid})
-    return store, [compute]
+                      depends_on=insn.depends_on | {compute[-1].id})
+    return store, compute
+
+
+class _Scalar(Exception):
+    """The epilogue has something OpenCL C vector code cannot do."""
+
+
+#: the calls the vector epilogue writes as OpenCL builtins (which take vectors)
+_VECTOR_CALLS = {"sin": "sin", "cos": "cos", "tan": "tan", "exp": "exp", "log": "log",
+                 "sqrt": "sqrt", "tanh": "tanh", "sinh": "sinh", "cosh": "cosh",
+                 "log1p": "log1p", "expm1": "expm1", "erf": "erf", "floor": "floor",
+                 "ceil": "ceil", "abs": "fabs", "fabs": "fabs", "fmin": "fmin", "fmax": "fmax"}
+
+
+def _vector_epilogue(tk: Any, insn: Any, ep: Epilogue, idx: tuple[Any, ...], lane: str,
+                     temp: str, epi: str, vec: int, dtype: Any, fresh: Any,
+                     lanes: dict[str, Any]) -> list[Any]:
+    """Loads of the arrays the epilogue reads into private vectors (or scalars, where they
+    do not depend on the lane), then ``epi = <the epilogue on vectors>`` in OpenCL C."""
+    import loopy as lp
+    import numpy as np
+    from loopy.types import NumpyType
+    from pymbolic.mapper.dependency import DependencyMapper
+
+    from feinsum.spec.formulas import walk
+
+    npdt = dtype.numpy_dtype if isinstance(dtype, NumpyType) else None
+    if npdt is None or npdt.kind != "f":
+        raise _Scalar
+    suffix = "f" if npdt == np.float32 else ""
+    expr = _apply(ep, idx, prim.Variable(temp))
+    deps = DependencyMapper(composite_leaves=False)
+    loads: list[Any] = []
+    names: dict[Any, str] = {}
+    for e in walk(expr):
+        if not isinstance(e, prim.Subscript) or e in names:
+            continue
+        name = getattr(e.aggregate, "name", None)
+        if name not in tk.arg_dict:
+            raise _Scalar
+        by_lane = prim.Variable(lane) in deps(e)
+        t = fresh(f"{epi}_{name}")
+        names[e] = t
+        lanes[f"temp:{t}"] = lp.TemporaryVariable(
+            t, dtype, shape=(vec,) if by_lane else (), dim_tags="vec" if by_lane else None,
+            address_space=lp.AddressSpace.PRIVATE)
+        target = (prim.Subscript(prim.Variable(t), (prim.Variable(lane),)) if by_lane
+                  else prim.Variable(t))
+        loads.append(lp.Assignment(
+            target, e, id=fresh(f"{insn.id}_load"), depends_on=insn.depends_on,
+            within_inames=insn.within_inames | ({lane} if by_lane else set()),
+            predicates=insn.predicates))
+    text = _c_text(expr, {**{e: (t, e) for e, t in names.items()}}, temp, lane, suffix,
+                   {a.name for a in tk.args if isinstance(a, lp.ValueArg)})
+    reads = {temp, *names.values()}
+    compute = lp.CInstruction(
+        (), f"{epi} = {text};", read_variables=frozenset(reads | _value_args(expr, tk)),
+        assignees=(prim.Variable(epi),), id=fresh(f"{insn.id}_epilogue"),
+        depends_on=frozenset(insn.depends_on) | {x.id for x in loads},
+        within_inames=insn.within_inames, predicates=insn.predicates)
+    return [*loads, compute]
+
+
+def _value_args(expr: Any, tk: Any) -> set[str]:
+    import loopy as lp
+    from pymbolic.mapper.dependency import DependencyMapper
+
+    values = {a.name for a in tk.args if isinstance(a, lp.ValueArg)}
+    found = DependencyMapper(composite_leaves=False)(expr)
+    return {v.name for v in found if isinstance(v, prim.Variable) and v.name in values}
+
+
+def _c_text(expr: Any, loaded: Mapping[Any, tuple[str, Any]], temp: str, lane: str,
+            suffix: str, values: set[str]) -> str:
+    """*expr* as OpenCL C on the vectors and scalars it was loaded into."""
+    import numpy as np
+
+    def text(e: Any) -> str:
+        if isinstance(e, prim.Subscript):
+            if e not in loaded:
+                raise _Scalar
+            t, _ = loaded[e]
+            return t
+        if isinstance(e, prim.Variable):
+            if e.name == temp or e.name in values:
+                return e.name
+            raise _Scalar
+        if isinstance(e, (bool, np.bool_)):
+            raise _Scalar
+        if isinstance(e, (int, np.integer)):
+            return f"({int(e)})"
+        if isinstance(e, (float, np.floating)):
+            v = repr(float(e))
+            if "inf" in v or "nan" in v:
+                raise _Scalar
+            return f"({v if any(c in v for c in '.e') else v + '.0'}{suffix})"
+        if isinstance(e, prim.Sum):
+            return "(" + " + ".join(text(c) for c in e.children) + ")"
+        if isinstance(e, prim.Product):
+            return "(" + " * ".join(text(c) for c in e.children) + ")"
+        if isinstance(e, prim.Quotient):
+            return f"({text(e.numerator)} / {text(e.denominator)})"
+        if isinstance(e, prim.Power) and isinstance(e.exponent, int) and 1 <= e.exponent <= 4:
+            return "(" + " * ".join([text(e.base)] * e.exponent) + ")"
+        if isinstance(e, prim.Call) and isinstance(e.function, prim.Variable) and (
+                e.function.name in _VECTOR_CALLS):
+            args = ", ".join(text(p) for p in e.parameters)
+            return f"{_VECTOR_CALLS[e.function.name]}({args})"
+        raise _Scalar
+
+    return text(expr)
 
 
 def _with_lanes(tk: lp.LoopKernel, extra: Mapping[str, Any]) -> lp.LoopKernel:
@@ -230,7 +352,7 @@ def _with_lanes(tk: lp.LoopKernel, extra: Mapping[str, Any]) -> lp.LoopKernel:
     lanes = []
     for name, what in extra.items():
         if name.startswith("temp:"):
-            temps[what.name] = what
+            temps[name[5:]] = what
             continue
         domains.append(isl.BasicSet(f"{{ [{name}] : 0 <= {name} < {what} }}"))
         lanes.append(name)

@@ -324,7 +324,9 @@ def _block(m: Any, axis: int) -> int | None:
         block = int(high.get_pieces()[0][1].get_constant_val().to_python()) + 1
         if block < 2:
             return None
-        want = isl.Map(f"{{ [g] -> [x] : {block}*g <= x < {block}*g + {block} }}")
+        g = keep.get_dim_name(isl.dim_type.in_, 0)
+        x = keep.get_dim_name(isl.dim_type.out, 0)
+        want = isl.Map(f"{{ [{g}] -> [{x}] : {block}*{g} <= {x} < {block}*{g} + {block} }}")
         keep, want = isl.align_two(keep, want)
         want = want.intersect_range(keep.range())
         return block if keep.is_equal(want) else None
