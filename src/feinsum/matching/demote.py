@@ -219,9 +219,11 @@ def _moved(knl: Any, name: str, shape: tuple[int, ...], block: int, tv: Any,
         elif isinstance(insn, CInstruction):
             base = f"feinsum_base_{insn.id}"
             code = re.sub(rf"\b{re.escape(name)}\b", f"({name} - {base})", insn.code)
+            shift = Shift(g)
             insns.append(insn.copy(
                 code=code, iname_exprs=[*insn.iname_exprs,
-                                        (base, row * block * prim.Variable(g))]))
+                                        (base, row * block * prim.Variable(g))],
+                assignees=tuple(shift(a) for a in insn.assignees)))
         else:
             insns.append(insn.with_transformed_expressions(Shift(g)))
     temps = dict(knl.temporary_variables)
