@@ -262,6 +262,35 @@ def test_every_recipe_fuses_or_says_why(cl_device: Any, cl_queue: Any) -> None:
     assert {"dg_transposed", "generic"} <= fused_by
 
 
+def test_recipe_reading_the_operand_in_c_code_keeps_the_split(cl_device: Any,
+                                                               cl_queue: Any) -> None:
+    """The contraction recipe's vector tiles read the operand with ``vloadN``: the report
+    says so, the operand keeps its statement and temporary, the results are unchanged.
+    (Lengths given at the call: with the long ones fixed, main's contraction vector scheme
+    leaves a length symbol in its C code, a bug of its own.)"""
+    from feinsum.hook import transform_program
+
+    knl = lp.make_kernel(
+        "{[i, j, k, k1, j1]: 0 <= i < n and 0 <= j, j1 < m and 0 <= k, k1 < 64}",
+        """
+        t[k1, j1] = p[k1, j1] - q[k1, j1]
+        out[i, j] = sum(k, A[i, k]*t[k, j])
+        """, [lp.GlobalArg("A", np.float64, shape=("n", 64)),
+              lp.GlobalArg("p,q", np.float64, shape=(64, "m")),
+              lp.GlobalArg("out", np.float64, shape=("n", "m")),
+              lp.TemporaryVariable("t", np.float64, shape=(64, "m"),
+                                   address_space=lp.AddressSpace.GLOBAL),
+              lp.ValueArg("n, m", np.int32)],
+        name="gemm", seq_dependencies=True, lang_version=(2018, 2))
+    new, report = transform_program(knl, device=cl_device, db=False, prefer=["contraction"])
+    (group,) = report.groups
+    assert group.recipe == "contraction" and not group.fused, report
+    assert any("t = p" in n and "C code" in n for n in group.not_fused), report
+    rng = np.random.default_rng(3)
+    a = {"A": rng.random((300, 64)), "p": rng.random((64, 256)), "q": rng.random((64, 256))}
+    np.testing.assert_allclose(run(new, cl_queue, a), a["A"] @ (a["p"] - a["q"]), rtol=1e-12)
+
+
 # }}}
 
 

@@ -189,7 +189,8 @@ class Planner:
         recipe = self.by_name[plan.report.recipe]
         fused = self.fused(plan.part, fusion, recipe, plan.report.params or {})
         if isinstance(fused, str):
-            notes.append(f"{', '.join(fusion.spec.describe(fusion.names))}: not fused "
+            names = {**m.from_canonical, **fusion.names}
+            notes.append(f"{', '.join(fusion.spec.describe(names))}: not fused "
                          f"({plan.report.recipe}: {fused})")
             return replace(plan, report=replace(plan.report, not_fused=tuple(notes)))
         described = fusion.spec.describe({**m.from_canonical, **fusion.names})

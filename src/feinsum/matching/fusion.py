@@ -60,6 +60,25 @@ class Fusion:
     notes: tuple[str, ...] = ()
 
 
+def _equal(a: Any, b: Any) -> bool:
+    """Whether two lengths (integers or expressions of length parameters) are equal: as
+    functions of their parameters, compared at a few points."""
+    from pymbolic import evaluate
+    from pymbolic.mapper.dependency import DependencyMapper
+
+    if a is None or b is None:
+        return False
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    deps = DependencyMapper(composite_leaves=False)
+    names = sorted({v.name for x in (a, b) if not isinstance(x, int) for v in deps(x)})
+    try:
+        return all(evaluate(a, env) == evaluate(b, env) for env in (
+            {n: 7 + 3 * k + p for k, n in enumerate(names)} for p in (0, 11, 1000)))
+    except Exception:  # not arithmetic: unequal
+        return False
+
+
 class _Refused(Exception):
     """A candidate that cannot be fused; the message says why."""
 
@@ -122,8 +141,8 @@ class _Kernel:
                 set(loops) != set(insn.within_inames)):
             raise _Refused(f"{what} {insn_id!r} writes {a}: not one loop index per axis")
         shape = getattr(self.declaration(a.aggregate.name), "shape", None)
-        if not isinstance(shape, tuple) or len(shape) != len(loops) or any(
-                loop_extent(self.knl, i) != n for i, n in zip(loops, shape, strict=True)):
+        if not isinstance(shape, tuple) or len(shape) != len(loops) or not all(
+                _equal(loop_extent(self.knl, i), n) for i, n in zip(loops, shape, strict=True)):
             raise _Refused(f"{what} {insn_id!r} does not write the whole of "
                            f"{a.aggregate.name!r}")
         return insn, loops
