@@ -200,6 +200,28 @@ def test_reads_of_other_work_groups_keep_their_launch(cl_device: Any, cl_queue: 
                                atol=1e-12)
 
 
+@pytest.mark.parametrize("model", ["h100"])
+def test_gpu_models(model: str, cl_queue: Any) -> None:
+    """Made for a GPU model and run on the CPU device: the step shares one launch (the DG
+    recipes give every work-group the same elements), an elementwise statement that cannot
+    is flattened over full groups of 64 work-items, the results are numpy's."""
+    from feinsum.devices.models import MODELS
+    from feinsum.hook import transform_program
+
+    info = MODELS[model].info
+    for build, kind, launches in ((mid_step, "mass", 1), (mirrored_step, "mirrored", 2)):
+        t_unit = build()
+        new, report = transform_program(t_unit, device=info, db=False)
+        assert report.launches is not None
+        assert len(report.launches.launches) == launches, report
+        if kind == "mirrored":
+            last = report.launches.launches[-1]
+            assert last.work_items == (64,) and last.groups == (-(-E * 35 // 64),), report
+        a = inputs(t_unit.default_entrypoint.arg_dict)
+        np.testing.assert_allclose(run(new, cl_queue, a), reference(a, kind), rtol=1e-12,
+                                   atol=1e-12)
+
+
 # }}}
 
 

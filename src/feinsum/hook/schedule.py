@@ -50,6 +50,10 @@ def default_schedule(device: DeviceInfo) -> Schedule:
     def schedule(knl: lp.LoopKernel, insn_ids: frozenset[str]) -> lp.LoopKernel:
         return schedule_unit(knl, insn_ids, device)
 
+    def chunked(knl: lp.LoopKernel, insn_ids: frozenset[str], hint: Any) -> lp.LoopKernel | None:
+        return chunked_unit(knl, insn_ids, hint, device)
+
+    schedule.chunked = chunked  # type: ignore[attr-defined]
     # what assembly may keep in local memory per work-group (in a work-item's private
     # memory where groups have one item), besides the recipes' own
     schedule.local_memory = device.local_mem_size // 2  # type: ignore[attr-defined]
@@ -97,9 +101,15 @@ def schedule_unit(knl: lp.LoopKernel, insn_ids: frozenset[str], device: DeviceIn
                  else max(1, math.ceil(n / (CHUNKS_PER_CORE * max(1, device.compute_units)))))
         if chunk == 1:
             return lp.tag_inames(knl, {outer: "g.0"})
-        return lp.split_iname(knl, outer, chunk, outer_tag="g.0", within=within)
-    contiguous = _contiguous(knl, insns, loops)
+        inner = _fresh(knl, f"{outer}_inner")
+        knl = lp.split_iname(knl, outer, chunk, outer_tag="g.0", inner_iname=inner,
+                             within=within)
+        return _contiguous_last(knl, insns, [inner, *sorted(loops - {outer})])
     lanes = min(GPU_LANES, device.max_work_group_size)
+    flat = _gpu_flat(knl, insn_ids, insns, loops, extents, lanes)
+    if flat is not None:
+        return flat
+    contiguous = _contiguous(knl, insns, loops)
     if contiguous is not None and size[contiguous] >= lanes:
         knl = lp.split_iname(knl, contiguous, lanes, outer_tag="g.0", inner_tag="l.0",
                              within=within)
@@ -111,6 +121,102 @@ def schedule_unit(knl: lp.LoopKernel, insn_ids: frozenset[str], device: DeviceIn
     if outer is None or size[outer] <= 1:
         return knl
     return lp.split_iname(knl, outer, lanes, outer_tag="g.0", inner_tag="l.0", within=within)
+
+
+# {{{ the layouts of feinsum.hook.flatten
+
+
+def _fresh(knl: lp.LoopKernel, stem: str) -> str:
+    from feinsum.matching.assemble import fresh_name
+    from feinsum.matching.normalize import kernel_names
+
+    return fresh_name(stem, kernel_names(knl))
+
+
+def _by_stride(knl: lp.LoopKernel, insns: list[Any], loops: Iterable[str]) -> list[str]:
+    """*loops* in the order of the strides of the first statement's output axes they index
+    (largest first: the contiguous loop last), the others first by name."""
+    strides: dict[str, Any] = {}
+    for insn in insns:
+        a = getattr(insn, "assignee", None)
+        if isinstance(a, prim.Subscript) and isinstance(a.aggregate, prim.Variable):
+            decl = knl.arg_dict.get(a.aggregate.name) or knl.temporary_variables.get(
+                a.aggregate.name)
+            for idx, tag in zip(a.index_tuple, getattr(decl, "dim_tags", None) or (),
+                                strict=False):
+                st = getattr(tag, "stride", None)
+                if isinstance(idx, prim.Variable) and isinstance(st, int):
+                    strides[idx.name] = st
+            break
+    loops = sorted(loops)
+    return ([n for n in loops if n not in strides]
+            + sorted((n for n in loops if n in strides), key=lambda n: -strides[n]))
+
+
+def _contiguous_last(knl: lp.LoopKernel, insns: list[Any], loops: list[str]) -> lp.LoopKernel:
+    """The loops of a CPU chunk nested with the output's contiguous loop innermost."""
+    from feinsum.hook.flatten import prioritized
+
+    first, rest = loops[0], _by_stride(knl, insns, loops[1:])
+    return prioritized(knl, [first, *rest])  # type: ignore[no-any-return]
+
+
+def _gpu_flat(knl: lp.LoopKernel, insn_ids: frozenset[str], insns: list[Any],
+              loops: set[str], extents: dict[str, Any], lanes: int) -> lp.LoopKernel | None:
+    """Every loop of the unit flattened over groups of *lanes* work-items (None where the
+    unit's loops have lengths known only at the call, or its statements different loops)."""
+    from feinsum.hook.flatten import flattened
+
+    if not all(isinstance(extents[n], int) for n in loops):
+        return None
+    order = _by_stride(knl, insns, loops)
+    return flattened(knl, insn_ids, order, [int(extents[n]) for n in order],  # type: ignore[no-any-return]
+                     lanes)
+
+
+def chunked_unit(knl: lp.LoopKernel, insn_ids: frozenset[str], hint: Any,
+                 device: DeviceInfo) -> lp.LoopKernel | None:
+    """The unit *insn_ids* with its element loop in the blocks *hint* (``(array, axis,
+    block, work-group size)``, :func:`feinsum.matching.merge.chunk_hint`) gives, one a
+    work-group, and as many work-items per group: None where the unit does not index that
+    axis of that array with one of its loops, or its loops are not all independent."""
+    import loopy as lp
+
+    from feinsum.hook.flatten import flattened
+    from feinsum.spec.formulas import walk
+
+    array, axis, block, local = hint
+    insns = [knl.id_to_insn[i] for i in sorted(insn_ids)]
+    loops = set().union(*(set(i.within_inames) for i in insns))
+    if not loops or set(local) - {0}:
+        return None
+    knl = _own_loops(knl, insn_ids, loops)
+    insns = [knl.id_to_insn[i] for i in sorted(insn_ids)]
+    loops = set().union(*(set(i.within_inames) for i in insns))
+    extents = {i: _extent(knl, i) for i in loops}
+    if any(not isinstance(x, int) for x in extents.values()) or _independent(
+            knl, insns, loops) != loops:
+        return None
+    found = {e.index_tuple[axis].name for insn in insns
+             for e in [*walk(getattr(insn, "expression", 0)), *insn.assignees]
+             if isinstance(e, prim.Subscript) and getattr(e.aggregate, "name", None) == array
+             and len(e.index_tuple) > axis and isinstance(e.index_tuple[axis], prim.Variable)
+             and e.index_tuple[axis].name in loops}
+    if len(found) != 1:
+        return None
+    (element,) = found
+    if local:  # as many work-items as the einsum's groups, the block flattened over them
+        order = [element, *[n for n in _by_stride(knl, insns, loops) if n != element]]
+        return flattened(knl, insn_ids, order, [int(extents[n]) for n in order],  # type: ignore[no-any-return]
+                         int(local[0]), (element, block, int(extents[element])))
+    within = " or ".join(f"id:{i}" for i in sorted(insn_ids))
+    inner = _fresh(knl, f"{element}_inner")
+    knl = lp.split_iname(knl, element, block, outer_tag="g.0", inner_iname=inner,
+                         within=within)
+    return _contiguous_last(knl, insns, [inner, *sorted(loops - {element})])
+
+
+# }}}
 
 
 def _independent(knl: lp.LoopKernel, insns: list[Any], loops: set[str]) -> set[str]:

@@ -157,9 +157,10 @@ def unit(knl: Any, insn_ids: Sequence[str]) -> Unit | None:
         for n in insn.within_inames:
             axis = _hw(knl, n, LocalInameTag)
             if axis is not None:
-                size = _extent(knl, n)
-                if local.setdefault(axis, size) != size:
+                size = _size(knl, n)
+                if size is None:
                     return None
+                local[axis] = max(local.get(axis, 1), size)
         if isinstance(insn, CInstruction):
             for (sub, write) in _c_accesses(knl, insn, arrays):
                 accesses.setdefault(_name(sub), []).append(
@@ -230,11 +231,15 @@ def _contiguous_axes(knl: Any, sub: Any) -> frozenset[int]:
                      if getattr(t, "stride", None) == 1)
 
 
-def _extent(knl: Any, iname: str) -> Any:
-    from feinsum.matching.split import loop_extent
+def _size(knl: Any, iname: str) -> int | None:
+    """The most values loop *iname* takes (its work-items along a local axis)."""
+    from loopy.symbolic import pw_aff_to_expr
 
-    x = loop_extent(knl, iname)
-    return str(x) if x is not None and not isinstance(x, int) else x
+    try:
+        size = pw_aff_to_expr(knl.get_iname_bounds(iname, constants_only=True).size)
+    except Exception:  # bounds loopy cannot give as constants
+        return None
+    return int(size) if isinstance(size, int) else None
 
 
 # }}}
@@ -355,16 +360,26 @@ def schedule_rest(knl: Any, keys: Sequence[Any], unit_ids: Sequence[frozenset[st
     for k, (key, unit) in enumerate(zip(keys, unit_ids, strict=True)):
         if key[0] != "rest" or not key[1] or has_hw_axes(knl, unit):
             continue
-        hint = None
+        hint, near = None, None
         if chunked is not None:
             for j in [*range(k - 1, -1, -1), *range(k + 1, len(kinds))]:
                 if kinds[j] == "part":
-                    hint = chunk_hint(knl, sorted(unit_ids[j]))
+                    hint, near = chunk_hint(knl, sorted(unit_ids[j])), j
                     break
         new = chunked(knl, unit, hint) if hint is not None else None
+        if new is not None and near is not None and not _joins(new, unit_ids, near, k):
+            new = None  # it could not share the einsum's launch: the default is better
         knl = new if new is not None else schedule(knl, unit)
         done += 1
     return knl, done
+
+
+def _joins(knl: Any, unit_ids: Sequence[frozenset[str]], part: int, rest: int) -> bool:
+    """Whether unit *rest* can share the launch of the einsum unit *part* next to it."""
+    a, b = unit(knl, sorted(unit_ids[part])), unit(knl, sorted(unit_ids[rest]))
+    if a is None or b is None:
+        return False
+    return (compatible(a, b) if part < rest else compatible(b, a)) is None
 
 
 def _has_local_axes(knl: Any, insn_ids: Iterable[str]) -> bool:
