@@ -97,8 +97,8 @@ def flattened(knl: Any, insn_ids: frozenset[str], loops: Sequence[str],
                 within_inames=new_loops,
                 predicates=frozenset(insn.predicates) | frozenset(guards))
         insns_new.append(insn)
-    dom = isl.BasicSet("{ [%s] : %s }" % (", ".join(sizes), " and ".join(
-        f"0 <= {n} < {s}" for n, s in sizes.items())))
+    bounds = " and ".join(f"0 <= {n} < {size}" for n, size in sizes.items())
+    dom = isl.BasicSet(f"{{ [{', '.join(sizes)}] : {bounds} }}")
     inames = dict(knl.inames)
     inames.update({n: Iname(n, frozenset()) for n in sizes})
     knl = knl.copy(instructions=insns_new, domains=[*knl.domains, dom], inames=inames)

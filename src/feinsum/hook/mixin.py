@@ -99,8 +99,8 @@ class FeinsumTransformMixin:
 def unpooled(allocator: Any) -> bool:
     """Whether *allocator* (an array context's) allocates without a memory pool: None
     (pyopencl's default) or one of pyopencl's unpooled allocators."""
-    return allocator is None or type(allocator).__name__ in _UNPOOLED and (
-        type(allocator).__module__.startswith("pyopencl"))
+    return allocator is None or (type(allocator).__name__ in _UNPOOLED and (
+        type(allocator).__module__.startswith("pyopencl")))
 
 
 def _check_pool(actx: Any) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pymbolic.primitives as prim
 
@@ -170,8 +170,8 @@ def _gpu_flat(knl: lp.LoopKernel, insn_ids: frozenset[str], insns: list[Any],
     if not all(isinstance(extents[n], int) for n in loops):
         return None
     order = _by_stride(knl, insns, loops)
-    return flattened(knl, insn_ids, order, [int(extents[n]) for n in order],  # type: ignore[no-any-return]
-                     lanes)
+    sizes = [int(cast(int, extents[n])) for n in order]
+    return flattened(knl, insn_ids, order, sizes, lanes)  # type: ignore[no-any-return]
 
 
 def chunked_unit(knl: lp.LoopKernel, insn_ids: frozenset[str], hint: Any,
@@ -207,8 +207,9 @@ def chunked_unit(knl: lp.LoopKernel, insn_ids: frozenset[str], hint: Any,
     (element,) = found
     if local:  # as many work-items as the einsum's groups, the block flattened over them
         order = [element, *[n for n in _by_stride(knl, insns, loops) if n != element]]
-        return flattened(knl, insn_ids, order, [int(extents[n]) for n in order],  # type: ignore[no-any-return]
-                         int(local[0]), (element, block, int(extents[element])))
+        sizes = [int(cast(int, extents[n])) for n in order]
+        return flattened(knl, insn_ids, order, sizes, int(local[0]),  # type: ignore[no-any-return]
+                         (element, block, int(cast(int, extents[element]))))
     within = " or ".join(f"id:{i}" for i in sorted(insn_ids))
     inner = _fresh(knl, f"{element}_inner")
     knl = lp.split_iname(knl, element, block, outer_tag="g.0", inner_iname=inner,

@@ -432,6 +432,7 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
     """The user's kernel with every part in place of its matched statements (see the
     module docstring)."""
     import loopy as lp
+
     from feinsum.matching.normalize import kernel_names
 
     matched_ids = {i for p in parts for i in p.insn_ids}

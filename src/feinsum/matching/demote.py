@@ -193,7 +193,6 @@ def _maps(knl: Any, insn: Any, name: str, groups: dict[int, str]) -> list[Any]:
 
 def _moved(knl: Any, name: str, shape: tuple[int, ...], block: int, tv: Any,
            groups_of: dict[str, str], space: Any) -> Any:
-    from loopy.kernel.data import AddressSpace
     from loopy.kernel.instruction import CInstruction
     from loopy.symbolic import IdentityMapper
 

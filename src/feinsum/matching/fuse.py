@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pymbolic.primitives as prim
 
@@ -98,7 +98,7 @@ def _operands(tk: lp.LoopKernel, ops: Mapping[str, Any]) -> lp.LoopKernel:
 
     class Inline(IdentityMapper):  # type: ignore[misc]
         def map_subscript(self, e: Any, *args: Any) -> Any:
-            name = getattr(e.aggregate, "name", None)
+            name = str(getattr(e.aggregate, "name", ""))
             if name not in ops:
                 return super().map_subscript(e, *args)
             op = ops[name]
@@ -114,7 +114,7 @@ def _operands(tk: lp.LoopKernel, ops: Mapping[str, Any]) -> lp.LoopKernel:
             return e
 
     inline = Inline()
-    insns = []
+    insns: list[Any] = []
     for insn in tk.instructions:
         if isinstance(insn, CInstruction):
             if _c_names(insn) & set(ops):
@@ -258,7 +258,7 @@ def _vector_epilogue(tk: Any, insn: Any, ep: Epilogue, idx: tuple[Any, ...], lan
         raise _Scalar
     suffix = "f" if npdt == np.float32 else ""
     expr = _apply(ep, idx, prim.Variable(temp))
-    deps = DependencyMapper(composite_leaves=False)
+    deps: Any = DependencyMapper(composite_leaves=False)
     loads: list[Any] = []
     names: dict[Any, str] = {}
     for e in walk(expr):
@@ -271,7 +271,8 @@ def _vector_epilogue(tk: Any, insn: Any, ep: Epilogue, idx: tuple[Any, ...], lan
         t = fresh(f"{epi}_{name}")
         names[e] = t
         lanes[f"temp:{t}"] = lp.TemporaryVariable(
-            t, dtype, shape=(vec,) if by_lane else (), dim_tags="vec" if by_lane else None,
+            t, dtype, shape=(vec,) if by_lane else (),
+            dim_tags=cast(Any, "vec") if by_lane else None,
             address_space=lp.AddressSpace.PRIVATE)
         target = (prim.Subscript(prim.Variable(t), (prim.Variable(lane),)) if by_lane
                   else prim.Variable(t))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pymbolic.primitives as prim
@@ -70,7 +70,7 @@ def _equal(a: Any, b: Any) -> bool:
         return False
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    deps = DependencyMapper(composite_leaves=False)
+    deps: Any = DependencyMapper(composite_leaves=False)
     names = sorted({v.name for x in (a, b) if not isinstance(x, int) for v in deps(x)})
     try:
         return all(evaluate(a, env) == evaluate(b, env) for env in (
@@ -147,13 +147,13 @@ class _Kernel:
                            f"{a.aggregate.name!r}")
         return insn, loops
 
-    def reads_complete(self, insn: Any, what: str, skip: set[str] = frozenset()) -> None:
-        """Every array *insn* reads (but *skip*) is written only by statements *insn*
-        depends on, and only global memory and arguments are read."""
+    def reads_complete(self, insn: Any, what: str) -> None:
+        """Every array *insn* reads is written only by statements *insn* depends on, and
+        only global memory and arguments are read."""
         from loopy.kernel.data import AddressSpace
 
         deps = self.deps(insn.id)
-        for name in sorted(insn.read_dependency_names() - set(skip)):
+        for name in sorted(insn.read_dependency_names()):
             tv = self.knl.temporary_variables.get(name)
             if tv is not None and tv.address_space != AddressSpace.GLOBAL:
                 raise _Refused(f"{what} {insn.id!r} reads {name!r}, which is not in global "
@@ -172,9 +172,9 @@ class _Kernel:
 # {{{ candidates
 
 
-def _operand(kk: _Kernel, m: Match, k: int, name: str) -> str:
-    """The statement whose expression array *name* of match *k* can be fused as (its id);
-    :class:`_Refused` if none."""
+def _operand(kk: _Kernel, m: Match, k: int, name: str, taken: set[str]) -> str:
+    """The statement whose expression array *name* of match *k* can be fused as (its id;
+    not one of *taken*, the epilogues); :class:`_Refused` if none."""
     if name in m.squeezed:
         raise _Refused(f"operand {name!r} is read without its length-1 axes")
     writers = kk.writers.get(name, [])
@@ -183,10 +183,12 @@ def _operand(kk: _Kernel, m: Match, k: int, name: str) -> str:
     (w,) = writers
     if w in kk.owner:
         raise _Refused(f"operand {name!r} is an einsum's output")
+    if w in taken:
+        raise _Refused(f"statement {w!r} is fused into another einsum as its epilogue")
     others = [r for r in kk.readers.get(name, []) if kk.owner.get(r) != k]
     if others:
         raise _Refused(f"operand {name!r} is also read by statement {others[0]!r}")
-    insn, _ = kk.elementwise(w, f"statement")
+    insn, _ = kk.elementwise(w, "statement")
     if name in insn.read_dependency_names():
         raise _Refused(f"statement {w!r} reads what it writes")
     kk.reads_complete(insn, "statement")
@@ -300,7 +302,7 @@ def find_fusions(knl: lp.LoopKernel, matches: Sequence[Match]) -> list[Fusion]:
             if not kk.global_temporary(a.name):
                 continue
             try:
-                operands[a.name] = _operand(kk, m, k, a.name)
+                operands[a.name] = _operand(kk, m, k, a.name, taken)
             except _Refused as exc:
                 if kk.writers.get(a.name):
                     notes[k].append(f"operand {a.name!r} not fused: {exc}")
@@ -383,7 +385,8 @@ class _Namer:
         lengths = self.m.to_canonical
         dims = tuple(n if isinstance(n, int) else lengths.get(str(n), str(n)) for n in shape)
         strides = [getattr(t, "stride", None) for t in (getattr(decl, "dim_tags", None) or ())]
-        order = "F" if len(strides) > 1 and strides[0] == 1 and strides[-1] != 1 else "C"
+        order: Literal["C", "F"] = (
+            "F" if len(strides) > 1 and strides[0] == 1 and strides[-1] != 1 else "C")
         return Array(name, dims, dtype, order)
 
     def _dtype(self, user: str) -> np.dtype[Any]:
@@ -396,22 +399,22 @@ class _Namer:
                    replace: Mapping[str, Any] | None = None) -> Any:
         from loopy.symbolic import IdentityMapper
 
-        namer, squeezed, replace = self, self.m.squeezed, dict(replace or {})
+        namer, squeezed, values = self, self.m.squeezed, dict(replace or {})
 
         class Rename(IdentityMapper):  # type: ignore[misc]
             def map_variable(self, e: Any, *args: Any) -> Any:
                 if e.name in loops:
                     return prim.Variable(loops[e.name])
-                if e.name in replace:
-                    return replace[e.name]
+                if e.name in values:
+                    return values[e.name]
                 if e.name in namer.kk.knl.all_inames():
                     raise _Refused(f"loop index {e.name!r}")
                 return prim.Variable(namer.name(e.name))
 
             def map_subscript(self, e: Any, *args: Any) -> Any:
                 name = e.aggregate.name
-                if name in replace:
-                    return replace[name]
+                if name in values:
+                    return values[name]
                 idx = tuple(self.rec(i) for i in e.index_tuple)
                 if name in squeezed:
                     idx = tuple(i for n, i in enumerate(idx) if n not in squeezed[name])

@@ -83,7 +83,7 @@ def _access(knl: Any, insn: Any, sub: Any, groups: Mapping[int, str],
     import islpy as isl
     from loopy.symbolic import guarded_pwaff_from_expr
 
-    name = sub.aggregate.name if isinstance(sub, prim.Subscript) else sub.name
+    name = _name(sub)
     idx = sub.index_tuple if isinstance(sub, prim.Subscript) else ()
     decl = knl.arg_dict.get(name) or knl.temporary_variables.get(name)
     shape = getattr(decl, "shape", None)
@@ -170,13 +170,13 @@ def unit(knl: Any, insn_ids: Sequence[str]) -> Unit | None:
                 accesses.setdefault(v, []).append((ALL, False))
             continue
         for a in insn.assignees:
-            agg = a.aggregate.name if isinstance(a, prim.Subscript) else getattr(a, "name", "")
+            agg = _name(a)
             if agg in arrays:
                 accesses.setdefault(agg, []).append((_access(knl, insn, a, groups), True))
         exprs = [getattr(insn, "expression", 0), *insn.predicates]
         for e in (x for ex in exprs for x in walk(ex)):
             if isinstance(e, prim.Subscript) and getattr(e.aggregate, "name", None) in arrays:
-                accesses.setdefault(e.aggregate.name, []).append(
+                accesses.setdefault(_name(e), []).append(
                     (_access(knl, insn, e, groups), False))
         for name in sorted(_bare(exprs) & arrays):  # read as a whole (a pointer...)
             accesses.setdefault(name, []).append((ALL, False))
@@ -190,7 +190,7 @@ def _bare(exprs: Sequence[Any]) -> set[str]:
     """The variables *exprs* use other than as the array of a subscript."""
     from pymbolic.mapper.dependency import DependencyMapper
 
-    deps = DependencyMapper(composite_leaves=False, include_subscripts=False)
+    deps: Any = DependencyMapper(composite_leaves=False, include_subscripts=False)
     out: set[str] = set()
     for e in exprs:
         try:
@@ -213,13 +213,15 @@ def _no_subscripts(expr: Any) -> Any:
 
 
 def _name(sub: Any) -> str:
-    return sub.aggregate.name if isinstance(sub, prim.Subscript) else str(sub)
+    if isinstance(sub, prim.Subscript):
+        return str(getattr(sub.aggregate, "name", ""))
+    return str(getattr(sub, "name", sub))
 
 
 def _c_accesses(knl: Any, insn: Any, arrays: set[str]) -> list[tuple[Any, bool]]:
     out = []
     for a in insn.assignees:
-        if isinstance(a, prim.Subscript) and a.aggregate.name in arrays:
+        if isinstance(a, prim.Subscript) and _name(a) in arrays:
             out.append((a, True))
     return out
 
@@ -366,7 +368,7 @@ def schedule_rest(knl: Any, keys: Sequence[Any], unit_ids: Sequence[frozenset[st
                 if kinds[j] == "part":
                     hint, near = chunk_hint(knl, sorted(unit_ids[j])), j
                     break
-        new = chunked(knl, unit, hint) if hint is not None else None
+        new = chunked(knl, unit, hint) if hint is not None and chunked is not None else None
         if new is not None and near is not None and not _joins(new, unit_ids, near, k):
             new = None  # it could not share the einsum's launch: the default is better
         knl = new if new is not None else schedule(knl, unit)
