@@ -186,8 +186,9 @@ def run_lazy(name: str, dtype: Any = np.float64, elements: int = E) -> dict[str,
     }
 
 
-def run_eager(sizes: tuple[int, ...] = (20, 33), dtype: Any = np.float64) -> dict[str, Any]:
-    """``actx.einsum`` of FeinsumPyOpenCLArrayContext at several sizes in one process."""
+def run_eager(sizes: tuple[int, ...] = (100, 150), dtype: Any = np.float64) -> dict[str, Any]:
+    """``actx.einsum`` of FeinsumPyOpenCLArrayContext at several sizes in one process
+    (each with enough work to be transformed: see ``feinsum/hook/payoff.py``)."""
     import pyopencl.array as cla
 
     from feinsum.arraycontext import FeinsumPyOpenCLArrayContext
@@ -206,6 +207,66 @@ def run_eager(sizes: tuple[int, ...] = (20, 33), dtype: Any = np.float64) -> dic
                                                                 host["u"])),
                     "transformed": report.transformed, "report": str(report)})
     return {"runs": out, "programs": len(actx._feinsum_einsums)}
+
+
+#: einsums the hook must never make worse: complex operands (no OpenCL vector types) and a
+#: long chain of small matrices (the generic default would unroll every reduction loop)
+EINSUMS: dict[str, tuple[str, list[tuple[int, ...]], Any]] = {
+    "complex128": ("ij,ej->ei", [(35, 35), (300, 35)], np.complex128),
+    "complex64": ("ij,ej->ei", [(35, 35), (300, 35)], np.complex64),
+    "chain": ("ab,bc,cd,de,ef->af", [(16, 16)] * 5, np.float64),
+    "batched chain": ("xab,xbc,xcd,xde,xef->xaf", [(10, 16, 16)] * 5, np.float64),
+}
+
+
+def run_einsum(name: str, lazy: bool) -> dict[str, Any]:
+    """``actx.einsum`` of one of :data:`EINSUMS` through feinsum's lazy (compiled) or eager
+    context, against numpy."""
+    import pyopencl.tools as clt
+
+    from feinsum.arraycontext import FeinsumPyOpenCLArrayContext, FeinsumPytatoPyOpenCLArrayContext
+
+    spec, shapes, dtype = EINSUMS[name]
+    rng = np.random.default_rng(3)
+    host = [(rng.random(s) + (1j * rng.random(s) if np.dtype(dtype).kind == "c" else 0))
+            .astype(dtype) for s in shapes]
+    queue = _queue()
+    if lazy:
+        actx: Any = FeinsumPytatoPyOpenCLArrayContext(queue, feinsum_db=False)
+    else:
+        actx = FeinsumPyOpenCLArrayContext(queue, clt.MemoryPool(clt.ImmediateAllocator(queue)),
+                                           feinsum_db=False)
+    dev = [actx.from_numpy(a) for a in host]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if lazy:
+            got = actx.to_numpy(actx.compile(lambda *a: actx.einsum(spec, *a))(*dev))
+        else:
+            got = actx.to_numpy(actx.einsum(spec, *dev))
+    report = actx.feinsum_last_report
+    ref = np.einsum(spec, *[a.astype(np.complex128 if np.dtype(dtype).kind == "c"
+                                     else np.float64) for a in host])
+    return {"vs_numpy": _rel(got, ref), "report": str(report),
+            "transformed": report.transformed, "groups": len(report.groups),
+            "notes": [g.note for g in report.groups]}
+
+
+def run_freeze() -> dict[str, Any]:
+    """The DG step frozen without compiling (arraycontext's ``freeze``: a program that runs
+    once), through feinsum's lazy context."""
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+
+    fn, names, _ = PROGRAMS["dg_step"]
+    host = _arrays({k: DG[k] for k in names}, np.float64)
+    actx = FeinsumPytatoPyOpenCLArrayContext(_queue(), feinsum_db=False)
+    dev = {k: actx.from_numpy(v) for k, v in host.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = actx.to_numpy(actx.freeze(fn(actx, dev)))
+    report = actx.feinsum_last_report
+    return {"vs_numpy": _rel(got, fn(_NumpyContext, host)), "mode": report.mode,
+            "groups": len(report.groups), "kernels": [k.action for k in report.kernel_reports],
+            "report": str(report)}
 
 
 def main(names: list[str]) -> None:

@@ -1,4 +1,7 @@
-"""Shared fixtures: the OpenCL device every test runs on, a queue, a seeded RNG."""
+"""Shared fixtures: the OpenCL device every test runs on, a queue, a seeded RNG; the
+hook's persistent cache of transformed programs in a directory of the test session's own
+(unless ``FEINSUM_CACHE`` says otherwise), so that tests never read what another run
+wrote."""
 
 from __future__ import annotations
 
@@ -31,3 +34,12 @@ def cl_queue(cl_device):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _program_cache(tmp_path_factory):  # type: ignore[no-untyped-def]
+    import os
+
+    if "FEINSUM_CACHE" not in os.environ:
+        os.environ["FEINSUM_CACHE"] = str(tmp_path_factory.mktemp("feinsum-programs"))
+    yield

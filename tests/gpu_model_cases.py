@@ -4,7 +4,9 @@ A case is a recipe's configuration computed for a GPU model (:mod:`feinsum.devic
 its code generated for that model, built and run on the test's CPU device (PoCL) and
 compared with :func:`feinsum.evaluate`. What cannot be run there says why, precisely:
 
-* the recipe does not apply on the model (its reason: a CPU scheme, no fp64...): skipped;
+* the recipe does not apply on the model (its reason: a CPU scheme, no fp64...): not a
+  case at all (:func:`all_cases` leaves it out; :func:`not_applicable` lists it with the
+  recipe's reason);
 * the model's limits exceed the CPU device's (work-group size, local memory): skipped,
   naming both numbers; no model exceeds PoCL's 4096 work-items and 1 MiB today;
 * PoCL's CPU device is itself wrong on the code: xfail with the reason, only for a case
@@ -25,8 +27,15 @@ from feinsum.devices.opencl import DeviceInfo
 from feinsum.spec.canonical import canonicalize
 from feinsum.tuning.workloads import workloads
 
-#: Lengths every symbol gets: a multiple of no tile (runs in well under a second).
-LENGTHS = ({"*": 73},)
+#: Lengths every symbol gets: multiples of no tile, and shorter than most tiles (runs in
+#: well under a second).
+LENGTHS = ({"*": 73}, {"*": 5})
+#: Reference-sized workloads added to the small ones: the two-index transformation with
+#: its 64 x 64 reduction, whose default splits the reduction on GPUs (split-K).
+FULL_SIZED = ("two_index",)
+#: A third, larger one for einsums of one length symbol (the element-batched DG family:
+#: several blocks and work-groups, the last partial).
+ONE_SYMBOL_LENGTHS = (*LENGTHS, {"*": 1001})
 
 
 @functools.cache
@@ -36,7 +45,10 @@ def recipes() -> dict[str, Any]:
 
 @functools.cache
 def specs() -> dict[str, Any]:
-    return {name: canonicalize(w.spec) for name, w in workloads(small=True).items()}
+    full = {f"{name}_full": canonicalize(w.spec) for name, w in workloads().items()
+            if name in FULL_SIZED}
+    return {**{name: canonicalize(w.spec) for name, w in workloads(small=True).items()},
+            **full}
 
 
 @dataclass(frozen=True)
@@ -50,13 +62,28 @@ class Case:
         return f"{self.recipe}-{self.workload}-{self.model}"
 
 
+def applies(case: Case) -> str | None:
+    """None if the case's recipe applies to its workload on its model, else why not."""
+    return recipes()[case.recipe].applies(specs()[case.workload], MODELS[case.model].info)
+
+
 def all_cases() -> list[Case]:
-    """Every recipe x workload x model."""
+    """Every recipe x workload x model where the recipe applies."""
+    return [c for c in _every_pair() if applies(c) is None]
+
+
+def not_applicable() -> dict[Case, str]:
+    """The recipe x workload x model pairs that are not cases, with the recipe's reason."""
+    return {c: why for c in _every_pair() if (why := applies(c)) is not None}
+
+
+def _every_pair() -> list[Case]:
     return [Case(r, w, m) for r in sorted(recipes()) for w in specs() for m in MODELS]
 
 
 def lengths_for(e: Any) -> tuple[dict[str, int], ...]:
-    return tuple({s: n["*"] for s in e.length_symbols} for n in LENGTHS)
+    lengths = ONE_SYMBOL_LENGTHS if len(e.length_symbols) == 1 else LENGTHS
+    return tuple({s: n["*"] for s in e.length_symbols} for n in lengths)
 
 
 def cpu_fit(model: DeviceInfo, cpu: DeviceInfo) -> str | None:
@@ -90,6 +117,27 @@ def pocl_problem(recipe: str, e: Any, params: dict[str, Any]) -> str | None:
     return None
 
 
+def pocl_build_options(recipe: str, params: dict[str, Any]) -> tuple[str, ...]:
+    """Build options PoCL's CPU device needs to run a configuration as the GPU would:
+    its optimizer miscompiles dg_nodes' looping grid (``groups`` > 0: a loop around
+    barriers, private arrays live across them); some rows of a batch came out wrong
+    while the same code is right with ``-cl-opt-disable`` (and with one block per group),
+    so those are checked unoptimized."""
+    if recipe == "dg_nodes" and params.get("groups"):
+        return ("-cl-opt-disable",)
+    return ()
+
+
+def with_build_options(t_unit: Any, options: tuple[str, ...]) -> Any:
+    import loopy as lp
+
+    if not options:
+        return t_unit
+    knl = t_unit.default_entrypoint
+    return lp.set_options(t_unit, build_options=[*(knl.options.build_options or []),
+                                                 *options])
+
+
 _RESULTS: dict[tuple[str, str, str], str | None] = {}
 
 
@@ -114,6 +162,7 @@ def run(case: Case, params: dict[str, Any], queue: Any) -> tuple[str | None, boo
     except Exception as exc:
         _RESULTS[key] = f"{type(exc).__name__}: {exc}"
         return _RESULTS[key], False
+    t = with_build_options(t, pocl_build_options(case.recipe, params))
     _RESULTS[key] = check_configuration(recipe, e, json.loads(key[2]), lengths_for(e), queue,
                                         device=model, t_unit=t)
     return _RESULTS[key], False

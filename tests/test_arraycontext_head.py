@@ -22,10 +22,12 @@ from test_arraycontext import REQUIRE, check_lazy, require_arraycontext
 
 HERE = Path(__file__).resolve().parent
 HEAD = Path(sys.prefix) / "feinsum-head"
-# einsum groups transformed: as under the mid-2025 pair, except that the 2026 pytato writes
+# einsum groups transformed: as under the mid-2025 pair; the 2026 pytato writes
 # jac * einsum(...) as the einsum and then a product of two arrays, an einsum of its own
+# with too little work at E = 48 to get a kernel (left to the default schedule)
 EXPECTED = {"dg_step": 2, "dg_mass_step": 3, "several": 5, "matmul": 1,
-            "sum_of_products": 1, "tagged": 1, "unit_axis": 2, "no_einsum": 0}
+            "sum_of_products": 1, "tagged": 1, "unit_axis": 1, "no_einsum": 0}
+TOO_SMALL = {"unit_axis": 1}
 
 
 def run_head(*names: str) -> dict[str, Any]:
@@ -54,7 +56,7 @@ def run_head(*names: str) -> dict[str, Any]:
 def test_head_lazy_programs(names: tuple[str, ...]) -> None:
     facts = run_head(*names)
     for name in names:
-        check_lazy(facts[name], EXPECTED[name], 1e-12)
+        check_lazy(facts[name], EXPECTED[name], 1e-12, TOO_SMALL.get(name, 0))
 
 
 def test_head_whole_dg_steps() -> None:

@@ -4,9 +4,11 @@ checks that they work and print their tables, not how fast anything is."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,13 +22,17 @@ pytestmark = pytest.mark.skipif(
 CASES = {
     "arraycontext": (["bench_arraycontext.py", "--elements", "64", "--repeat", "1", "--only",
                       "DG step"], ["DG step", "vs untransformed"]),
+    "first_call": (["bench_first_call.py", "--elements", "64", "--warm", "1", "--only",
+                    "matmul"],
+                   ["matmul", "plain", "feinsum"]),
     "campaign": (["bench_campaign.py", "--jobs", "2", "--budget", "1", "--workers", "1",
                   "--repeat", "1"], ["jobs/min", "device held for timing"]),
     "einsum": (["bench_einsum.py", "--quick", "--configs", "1", "--no-untransformed",
                 "--only", "local", "gemm"], ["local", "gemm", "best of"]),
     "elementwise": (["bench_elementwise.py", "--quick", "--configs", "1", "--only",
                      "scale_cols"], ["copy bandwidth", "feinsum default", "feinsum tuned"]),
-    "gpu": (["bench_gpu.py", "--quick", "--budget", "1", "--only", "local", "gaussian"],
+    "gpu": (["bench_gpu.py", "--quick", "--budget", "1", "--only", "local", "gaussian",
+             "--out", "gpu-out"],
             ["device:", "roofline measured", "local", "gaussian", "fastest peer"]),
     "kernel_reductions": (["bench_kernel_reductions.py", "--sizes", "1000", "--no-keops",
                            "--only", "nn"], ["feinsum"]),
@@ -37,7 +43,7 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_benchmark_script_runs(name: str, tmp_path: Path) -> None:
-    if name == "arraycontext":
+    if name in ("arraycontext", "first_call"):
         from test_arraycontext import require_arraycontext
 
         require_arraycontext()
@@ -50,3 +56,76 @@ def test_benchmark_script_runs(name: str, tmp_path: Path) -> None:
     for text in expected:
         assert text in proc.stdout, f"{args[0]} printed no {text!r}:\n{proc.stdout[-3000:]}"
     assert "Traceback" not in proc.stderr
+    if name == "gpu":  # the rows are recorded too: JSON lines and the markdown table
+        rows = [json.loads(x) for x in (tmp_path / "gpu-out" / "rows.jsonl").read_text()
+                .splitlines()]
+        assert [r["workload"] for r in rows] == ["local", "gaussian"]
+        assert all(r["status"] == "ok" and r["ms"] > 0 and r["peers"] for r in rows), rows
+        table = (tmp_path / "gpu-out" / "table.md").read_text()
+        assert "| local |" in table and "| gaussian |" in table
+
+
+def test_bench_gpu_records_each_row_as_it_completes(tmp_path: Path) -> None:
+    """A run killed after its first workload keeps that workload's row (rows.jsonl and
+    table.md are written as each row completes, not at the end)."""
+    env = {**os.environ, "FEINSUM_DB": str(tmp_path / "feinsum.sqlite"),
+           "FEINSUM_CACHE_DIR": str(tmp_path / "cache")}
+    rows = tmp_path / "out" / "rows.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--quick", "--budget", "1",
+         "--no-peers", "--only", "local", "gaussian", "scale_fields", "--out", "out"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and proc.poll() is None:
+            if rows.exists() and rows.read_text().count("\n") >= 1:
+                break
+            time.sleep(0.2)
+        finished = proc.poll() is not None
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    assert rows.exists(), f"no rows.jsonl:\n{err[-3000:]}"
+    got = [json.loads(x) for x in rows.read_text().splitlines()]
+    assert got and got[0]["workload"] == "local" and got[0]["ms"] > 0, got
+    assert finished or len(got) < 3, "the run was to be stopped before its last row"
+    assert "| local |" in (tmp_path / "out" / "table.md").read_text()
+
+
+def _gpu_peers():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_peers",
+                                                  ROOT / "benchmarks" / "gpu_peers.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("gpu_peers", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_peer_bounds() -> None:
+    """bench_gpu's peers never run past their bound: measured when the full size fits,
+    timed on a subsample of the long axis and scaled when it does not, interrupted and
+    reported as timed out when one call overruns."""
+    from feinsum.tuning.workloads import workloads
+
+    gp = _gpu_peers()
+    spec = workloads()["gaussian"].spec
+
+    def linear(a):  # type: ignore[no-untyped-def]  # 2 s per 1e6 rows
+        return lambda: time.sleep(a["x"].shape[0] * 2e-6)
+
+    r = gp.measure_peer("linear", linear, spec, {"M": 10_000, "N": 64}, 2.0)
+    assert r.how == "measured" and 0.015 < r.seconds < 0.1, r
+    t0 = time.monotonic()
+    r = gp.measure_peer("linear", linear, spec, {"M": 1_000_000, "N": 64}, 2.0)
+    assert r.scaled and r.how.startswith("scaled from M=") and 1.5 < r.seconds < 3, r
+    assert time.monotonic() - t0 < 3
+    t0 = time.monotonic()
+    r = gp.measure_peer("hangs", lambda a: (lambda: time.sleep(60)), spec,
+                        {"M": 1_000_000, "N": 64}, 0.3)
+    assert r.seconds is None and r.how == "timed out after 0.3 s", r
+    assert time.monotonic() - t0 < 3
+    r = gp.measure_peer("raises", lambda a: (lambda: 1 / 0), spec, {"M": 100, "N": 64}, 1.0)
+    assert r.seconds is None and r.how.startswith("failed: ZeroDivisionError"), r

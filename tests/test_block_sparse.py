@@ -140,7 +140,8 @@ def recipe_executor(kind: str, dtype: str, V: int, U: int, ctx):  # type: ignore
     e = spec(kind, np.dtype(dtype))
     dev = device_info(ctx.devices[0])
     if r.applies(e, dev) is not None:
-        pytest.skip(r.applies(e, dev))
+        pytest.skip(f"block_sparse does not apply on this device ({dev.name}): "
+                    f"{r.applies(e, dev)}")
     assert r.applies(spec(kind, np.dtype(dtype), block_sparse=False), dev) is not None
     params = {"V": V, "U": U, "denorms_are_zero": False}
     t = r.apply(feinsum.generate_loopy(e), params, e, dev)

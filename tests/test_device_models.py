@@ -74,7 +74,8 @@ def test_real_device_gets_its_model_keeps_its_identity() -> None:
     got = with_model(real)
     assert got.key == real.key and got.registers_per_work_item == 255
     assert with_model(CPU) is CPU
-    unknown = dataclasses.replace(real, name="Some Future GPU")
+    # a GPU no model matches and whose driver reports no compute capability: unchanged
+    unknown = dataclasses.replace(real, name="Some Future GPU", compute_capability="")
     assert with_model(unknown) is unknown and unknown.default_work_items == 64
     # serialised without model fields, a device reads back as before they existed
     assert "subgroup_width" not in CPU.as_dict()
@@ -100,10 +101,10 @@ def test_every_recipe_claims_workloads_on_gpu_models() -> None:
     and elementwise recipes none on the Apple model: their workloads are float64, it has
     no fp64)."""
     claims = _claims()
-    for recipe in ("generic", "contraction", "dg_operator", "dg_transposed", "tiled_1d",
-                   "tiled_2d", "elementwise"):
+    for recipe in ("generic", "contraction", "dg_operator", "dg_transposed", "dg_nodes",
+                   "tiled_1d", "tiled_2d", "elementwise"):
         for m in MODELS:
-            if recipe in ("dg_operator", "dg_transposed", "elementwise") and not (
+            if recipe in ("dg_operator", "dg_transposed", "dg_nodes", "elementwise") and not (
                     MODELS[m].info.has_fp64):
                 continue
             assert any(r == recipe and mm == m for r, _, mm in claims), (recipe, m)

@@ -114,9 +114,12 @@ def assert_same_results(a: dict[str, Any], b: dict[str, Any]) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cache() -> None:
+def _fresh_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts with the hook's caches empty: this process's, and a persistent
+    one of its own."""
     from feinsum.hook import clear_cache
 
+    monkeypatch.setenv("FEINSUM_CACHE", str(tmp_path / "programs"))
     clear_cache()
 
 
@@ -205,6 +208,163 @@ def test_preference_order() -> None:
     assert names[-1] == "generic"
     assert [r.name for r in ordered_recipes(recipes(), ["elementwise", "generic"])][:2] == [
         "elementwise", "generic"]
+
+
+# }}}
+
+
+# {{{ what the hook will not do, and what it reports
+
+
+def test_report_fields(cl_device: Any) -> None:
+    """Per program: the time of each phase, where the answer came from, the size before
+    and after."""
+    from feinsum.hook import transform_program
+    from feinsum.hook.report import PHASES
+
+    _, rep = transform_program(mixed_program(), device=cl_device, db=False,
+                               prefer=["generic"])
+    assert tuple(rep.timings) == PHASES and all(v >= 0 for v in rep.timings.values())
+    assert rep.timings["matching"] > 0 and rep.timings["checks"] > 0
+    assert rep.timings["transformation"] > 0 and rep.timings["scheduling"] > 0
+    assert sum(rep.timings.values()) <= rep.seconds + 1e-3
+    assert rep.cache is None and rep.mode == "transform"
+    assert rep.before["statements"] == 5 and rep.after["statements"] > 5
+    assert rep.after["barriers"] >= 1
+    d = rep.as_dict()
+    assert {"timings", "cache", "mode", "before", "after"} <= set(d)
+    json.dumps(d)
+    assert "checks" in str(rep) and "size: statements" in str(rep)
+    _, again = transform_program(mixed_program(), device=cl_device, db=False,
+                                 prefer=["generic"])
+    assert again.cache == "memory" and again.timings["checks"] == 0.0
+    assert "from the memory cache" in str(again)
+
+
+def test_too_little_work_is_left_to_the_default_schedule(cl_device: Any) -> None:
+    """A 3x3 einsum on a few hundred elements is not worth a kernel and barriers."""
+    from feinsum.hook import transform_program
+
+    t = lp.make_kernel(
+        "{[e, i, j, e2, k]: 0 <= e, e2 < 300 and 0 <= i, j < 3 and 0 <= k < 20}",
+        """
+        metric[e, i] = sum(j, jac[e, i, j] * x[e, j])  {id=metric}
+        scaled[e2, k] = 2.0 * u[e2, k]  {id=scale}
+        """,
+        [lp.GlobalArg("jac,x,metric,u,scaled", np.float64, shape=lp.auto)],
+        name="metric", lang_version=(2018, 2))
+    new, rep = transform_program(t, device=cl_device, db=False, schedule_all=True)
+    (g,) = rep.groups
+    assert g.action == "skipped" and "too little work" in g.note
+    assert rep.kernel_reports[0].action == "scheduled"  # the default schedule, no kernel of
+    # its own: one unit for each loop nest, and the two share one launch (matching.merge)
+    assert rep.after["barriers"] == 0 and len(rep.launches.launches) == 1
+    rng = np.random.default_rng(0)
+    arrays = {"jac": rng.random((300, 3, 3)), "x": rng.random((300, 3)),
+              "u": rng.random((300, 20))}
+    from feinsum.devices.opencl import get_queue
+
+    queue = get_queue(cl_device)
+    _, got = new.executor(queue.context)(queue, **arrays)
+    np.testing.assert_allclose(got[0].get() if hasattr(got[0], "get") else got[0],
+                               np.einsum("eij,ej->ei", arrays["jac"], arrays["x"]),
+                               rtol=1e-12)
+
+
+def test_code_budget_refusal(cl_device: Any) -> None:
+    """A default that would unroll 16,384 statements is not applied, and the report says
+    why; the hook finishes quickly and the kernel runs."""
+    from feinsum.hook import transform_program
+
+    t = lp.make_einsum("xab,xbc,xcd,xde,xef->xaf", ["A", "B", "C", "D", "F"])
+    t = lp.add_dtypes(t, dict.fromkeys("ABCDF", np.float64))
+    t = lp.fix_parameters(t, **{f"N{c}": 16 for c in "abcdef"}, Nx=10)
+    t0 = time.perf_counter()
+    new, rep = transform_program(t, device=cl_device, db=False, prefer=["generic"])
+    assert time.perf_counter() - t0 < 120
+    (g,) = rep.groups
+    assert g.action == "failed" and "code is too large: 16,384 statements" in g.note
+    assert new == t
+
+
+def test_program_code_budget(cl_device: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the program's code budget, the einsums with the least work go back to the
+    default schedule first."""
+    import feinsum.hook.payoff as payoff
+    from feinsum.hook import transform_program
+
+    monkeypatch.setattr(payoff, "CODE_PER_EINSUM", 0)
+    monkeypatch.setattr(payoff, "CODE_FACTOR", 1)
+    _, rep = transform_program(mixed_program(), device=cl_device, db=False,
+                               prefer=["generic"], lengths={"nelements": E})
+    assert "code budget" in rep.note
+    given_back = [g.insn_ids for g in rep.groups if "code budget" in g.note]
+    assert ("mass",) in given_back  # the least work: 800 E flops (grad 2400 E, lift 3200 E)
+    assert all(g.action == "skipped" for g in rep.groups if g.insn_ids in given_back)
+
+
+def test_time_budget(cl_device: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import feinsum.hook.payoff as payoff
+    from feinsum.hook import transform_program
+
+    monkeypatch.setattr(payoff, "SECONDS_BASE", 0.0)
+    monkeypatch.setattr(payoff, "SECONDS_PER_STATEMENT", 0.0)
+    _, rep = transform_program(separate_program(), device=cl_device, db=False)
+    assert all(g.action == "skipped" and "time budget" in g.note for g in rep.groups)
+
+
+def test_run_once_gets_the_default_schedule_only(cl_device: Any, cl_queue: Any,
+                                                 rng: np.random.Generator) -> None:
+    from feinsum.hook import transform_program
+
+    t = mixed_program()
+    new, rep = transform_program(t, device=cl_device, db=False, run_once=True)
+    assert rep.mode == "schedule" and rep.groups == ()
+    assert [k.action for k in rep.kernel_reports] == ["scheduled", "scheduled"]
+    assert rep.timings["matching"] == 0.0
+    arrays = inputs(rng)
+    assert_same_results(run_program(t, cl_queue, arrays), run_program(new, cl_queue, arrays))
+
+
+def test_the_hook_never_raises(cl_device: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever fails inside the hook, the caller gets the program as it was, a warning,
+    and a report that says why."""
+    import feinsum.matching.match
+    from feinsum.hook import transform_program
+    from feinsum.hook.report import HookWarning
+
+    def broken(*args: Any, **kw: Any) -> Any:
+        raise RuntimeError("a bug in the matcher")
+
+    monkeypatch.setattr(feinsum.matching.match, "survey_einsums", broken)
+    t = separate_program()
+    with pytest.warns(HookWarning, match="a bug in the matcher"):
+        new, rep = transform_program(t, device=cl_device, db=False)
+    assert new is t and "the program is left as it was" in rep.note
+    assert not rep.changed
+
+
+def test_default_schedule_is_decided_once_per_shape(cl_device: Any) -> None:
+    """Units of the same shape (loop lengths, independence, contiguity) share one decision,
+    and all are applied in one pass."""
+    from feinsum.devices.opencl import device_info
+    from feinsum.hook.schedule import DefaultSchedule
+    from feinsum.matching.assemble import assemble
+
+    t = lp.make_kernel(
+        "{[a, b, c, d, e, f]: 0 <= a, c, e < 300 and 0 <= b, d, f < 20}",
+        """
+        x[a, b] = 2.0 * u[a, b]  {id=x}
+        y[c, d] = 3.0 * x[c, d]  {id=y, dep=x}
+        z[e, f] = x[e, f] + y[e, f]  {id=z, dep=y}
+        """,
+        [lp.GlobalArg("u,x,y,z", np.float64, shape=lp.auto)], lang_version=(2018, 2))
+    schedule = DefaultSchedule(device_info(cl_device))
+    done = assemble(t.default_entrypoint, [], schedule=schedule)
+    assert done.scheduled == 3 and schedule.decided == 1
+    knl = done.kernel
+    assert all(any(str(tag) == "g.0" for i in insn.within_inames for tag in knl.inames[i].tags)
+               for insn in knl.instructions if insn.id in ("x", "y", "z"))
 
 
 # }}}

@@ -72,6 +72,8 @@ def executor(name: str, params: tuple, kind: str, dtype: str, ctx):  # type: ign
 
 
 def check(name: str, params: dict, kind: str, dtype, ctx, queue, rng):  # type: ignore[no-untyped-def]
+    if np.dtype(dtype) == np.float64 and str(params.get("math")).startswith("native"):
+        pytest.skip("native exp/log are float32 only (the native_float32 constraint)")
     ex, e = executor(name, tuple(sorted(params.items())), kind, np.dtype(dtype).name, ctx)
     rtol = 2e-5 if np.dtype(dtype) == np.float32 else 1e-12
     for m, n in SIZES:
@@ -88,10 +90,21 @@ def check(name: str, params: dict, kind: str, dtype, ctx, queue, rng):  # type: 
                                            err_msg=f"{key} M={m} N={n}")
 
 
+#: tiled_1d's classic configuration (every GPU option off)
+T1D = {"K": 16, "rows": 1, "unroll": 1, "peel": False, "pack": False, "math": "accurate",
+       "denorms_are_zero": False}
 CONFIGS = {
     "kernel_vec_cpu": [{"V": 8, "U": 2, "denorms_are_zero": False},
                        {"V": 16, "U": 1, "denorms_are_zero": True}],
-    "tiled_1d": [{"K": 16, "unroll": True, "denorms_are_zero": False}],
+    "tiled_1d": [
+        {**T1D, "unroll": 16},
+        # the GPU options: the last tile peeled, j-points packed, several rows a work-item,
+        # partial unrolling, every exp/log flavour (natives are float32 only)
+        {**T1D, "rows": 2, "unroll": 4, "peel": True, "pack": True, "math": "exp2"},
+        {**T1D, "K": 32, "rows": 4, "unroll": 32, "peel": True, "math": "native_exp2"},
+        {**T1D, "rows": 8, "unroll": 2, "pack": True, "math": "native"},
+        {**T1D, "peel": True},
+    ],
     "tiled_2d": [{"V": 8, "U": 2, "nsplit": 4, "tile": 1, "denorms_are_zero": False},
                  {"V": 4, "U": 1, "nsplit": 2, "tile": 16, "denorms_are_zero": False}],
 }
@@ -101,14 +114,15 @@ CONFIGS = {
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("name,params", [(n, p) for n, ps in CONFIGS.items() for p in ps],
                          ids=lambda v: v if isinstance(v, str) else "-".join(
-                             f"{k}{int(x)}" for k, x in v.items()))
+                             f"{k}{x if isinstance(x, str) else int(x)}" for k, x in v.items()))
 def test_recipe_matches_evaluate(name, params, kind, dtype, cl_context, cl_queue, rng):  # type: ignore[no-untyped-def]
     check(name, params, kind, dtype, cl_context, cl_queue, rng)
 
 
 @pytest.mark.parametrize("name,params", [
     ("kernel_vec_cpu", {"V": 8, "U": 1, "denorms_are_zero": False}),
-    ("tiled_1d", {"K": 16, "unroll": False, "denorms_are_zero": False}),
+    ("tiled_1d", T1D),
+    ("tiled_1d", {**T1D, "rows": 2, "peel": True, "pack": True, "math": "exp2"}),
     ("tiled_2d", {"V": 4, "U": 1, "nsplit": 2, "tile": 8, "denorms_are_zero": False}),
 ])
 @pytest.mark.parametrize("kind", ["sum_cols", "argmin"])
@@ -128,3 +142,49 @@ def test_recipes_on_canonical_spec(name, params, kind, cl_context, cl_queue, rng
     _, got = ex(cl_queue, **{iso.arrays[k]: v for k, v in arrays.items()})
     for key, want in feinsum.evaluate(e, arrays).items():
         np.testing.assert_allclose(got[key], want, rtol=2e-5, atol=2e-5)
+
+
+#: GPU configurations whose special values are checked (every exp/log flavour, both peeled
+#: and padded last tiles, packed and scalar j-points).
+SPECIAL_CONFIGS = [
+    ("tiled_1d", T1D),
+    ("tiled_1d", {**T1D, "rows": 2, "unroll": 4, "peel": True, "pack": True, "math": "exp2"}),
+    ("tiled_1d", {**T1D, "K": 32, "rows": 4, "unroll": 32, "peel": True,
+                  "math": "native_exp2"}),
+    ("tiled_2d", {"V": 4, "U": 1, "nsplit": 2, "tile": 16, "math": "native_exp2",
+                  "denorms_are_zero": False}),
+]
+
+
+@pytest.mark.parametrize("name,params", SPECIAL_CONFIGS, ids=lambda v: v if isinstance(
+    v, str) else "-".join(f"{k}{x}" for k, x in v.items()))
+@pytest.mark.parametrize("kind", ["sum", "min", "argmin", "logsumexp"])
+def test_special_values_propagate(name, params, kind, cl_context, cl_queue, rng):  # type: ignore[no-untyped-def]
+    """NaN and infinities come out as feinsum.evaluate says: a NaN i-point makes its row
+    NaN, a NaN j-point every row (argmin: its index, the first NaN's), f = +inf gives
+    +inf, f = -inf everywhere gives -inf (log-sum-exp's (max, sum) pair sees inf - inf)."""
+    ex, e = executor(name, tuple(sorted(params.items())), kind, "float32", cl_context)
+    for m, n in [(53, 71), (37, 300)]:
+        cases = []
+        a = make_arrays(e, m, n, rng)
+        a["x"][3, 0] = np.nan
+        cases.append(a)
+        a = make_arrays(e, m, n, rng)
+        a["y"][20, 1] = a["y"][n - 1, 0] = np.nan
+        cases.append(a)
+        if kind == "logsumexp":
+            a = make_arrays(e, m, n, rng)
+            a["f"][:] = -np.inf
+            cases.append(a)
+            a = make_arrays(e, m, n, rng)
+            a["f"][7] = np.inf
+            cases.append(a)
+        for arrays in cases:
+            _, got = ex(cl_queue, **arrays)
+            for key, want in feinsum.evaluate(e, arrays).items():
+                have = got[key].get() if hasattr(got[key], "get") else got[key]
+                if key.endswith("_index"):
+                    np.testing.assert_array_equal(have, want, err_msg=f"{key} M={m} N={n}")
+                else:
+                    np.testing.assert_allclose(have, want, rtol=2e-5, atol=2e-5,
+                                               err_msg=f"{key} M={m} N={n}")

@@ -12,10 +12,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "feinsum"
 
 #: Bottom to top: a package (or top-level module) may import those before it in this list.
-LAYERS = ["errors", "spec", "devices", "database", "lowering", "reductions", "toolbox",
-          "recipes", "timing", "tuning", "matching", "hook", "direct", "cli", "campaigns",
-          "arraycontext"]
-MAX_TOP_LEVEL = 18
+LAYERS = ["errors", "checks", "spec", "devices", "database", "lowering", "reductions",
+          "toolbox", "recipes", "timing", "prediction", "tuning", "matching", "hook", "direct",
+          "cli", "campaigns", "arraycontext"]
+MAX_TOP_LEVEL = 19
 MAX_MODULE_LINES = 620
 MAX_RECIPE_LINES = 150
 

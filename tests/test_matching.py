@@ -8,16 +8,14 @@ import subprocess
 import sys
 import time
 
+import loopy as lp
 import numpy as np
 import pytest
+from loopy_kernels import F32, F64, g, knl
 
 import feinsum
+import feinsum.lowering.loopy_ops
 from feinsum.spec.model import LONG_THRESHOLD
-
-lp = pytest.importorskip("loopy")
-from loopy_kernels import F32, F64, g, knl  # noqa: E402
-
-import feinsum.lowering.loopy_ops  # noqa: E402
 
 
 def face_mass(nrows: int, fixed_e: int | None = None):

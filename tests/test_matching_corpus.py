@@ -22,15 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import loopy as lp
 import numpy as np
 import pytest
+from loopy_kernels import F32, F64, g, knl
 
 import feinsum
-
-lp = pytest.importorskip("loopy")
-from loopy_kernels import F32, F64, g, knl  # noqa: E402
-
-import feinsum.lowering.loopy_ops  # noqa: E402  (teaches loopy's parser logsumexp and feinsum_max)
+import feinsum.lowering.loopy_ops
 
 
 def arr(name, shape, dtype=F64, order="C"):

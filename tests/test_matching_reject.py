@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import warnings
 
+import loopy as lp
 import numpy as np
 import pytest
 
 import feinsum
-
-lp = pytest.importorskip("loopy")
 
 F32 = np.float32
 F64 = np.float64

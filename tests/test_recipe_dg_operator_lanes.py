@@ -136,7 +136,7 @@ def test_work_group_private_memory_is_bounded_on_cpus(cl_device):  # type: ignor
     from feinsum.devices.opencl import device_info
 
     if not device_info(cl_device).is_cpu:
-        pytest.skip("a CPU (PoCL) limit")
+        pytest.skip("needs a CPU device: the limit checked is PoCL's")
     with pytest.raises(InvalidConfigurationError, match="group_private"):
         r.check(cfg, e, cl_device)
     r.check({**cfg, "work_items": 16}, e, cl_device)

@@ -308,7 +308,6 @@ def test_contained_failures_in_other_hooks(spec, cl_device) -> None:  # type: ig
 
 
 def test_recipes_for(recipe_dir, spec, cl_device) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip("feinsum.spec.canonical")
     out = feinsum.recipes_for(spec, cl_device, recipe_dir, errors="ignore")
     by = {a.recipe.name: a for a in out}
     assert by["good"].applies and by["good"].reason is None

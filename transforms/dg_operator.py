@@ -135,7 +135,7 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     return td.element_kernel(
         t_unit, e, stages, vec=p["vec"], work_items=p["work_items"],
         acc=[p["acc1"], p["acc2"]], rows_per_pass=p["rows_per_pass"], unroll=p["unroll"],
-        local_operator=p["local_operator"])
+        local_operator=p["local_operator"], flat_copy=not device.is_cpu)
 
 
 RECIPE = rc.Recipe(

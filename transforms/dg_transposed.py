@@ -113,7 +113,7 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     return tt.transposed_kernel(
         t_unit, e, td.element_stages(e, p["last"]), vec=p["vec"],
         work_items=p["work_items"], elements=p["elements"], blocks=p["blocks"],
-        unroll=p["unroll"])
+        unroll=p["unroll"], flat_copy=not device.is_cpu)
 
 
 RECIPE = rc.Recipe(

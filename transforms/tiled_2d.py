@@ -8,7 +8,8 @@ each keeps its rows in OpenCL vectors (``V`` rows, ``U`` vectors, as ``kernel_ve
 and writes its partial accumulators to a global
 ``(terms, M, nsplit)`` buffer (never ``M x N``). After a global barrier a second device
 kernel of the same translation unit combines the partials of each row, correctly for
-every reduction kind (argmin ties by index, log-sum-exp pairs rescaled).
+every reduction kind (argmin ties by index, log-sum-exp pairs rescaled). ``math``: the
+``exp``/``log`` flavour, as tiled_1d's.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from typing import Any
 
 import loopy as lp
 
+from feinsum.lowering.reduction_updates import MATH_MODES
 from feinsum.recipes import (
     Boolean,
     Choice,
+    Constraint,
     IntRange,
     ParameterSpace,
     PowersOfTwo,
@@ -28,6 +31,7 @@ from feinsum.recipes import (
 )
 from feinsum.reductions import analysis as ka
 from feinsum.reductions import templates as kt
+from feinsum.reductions.row_tiles import default_math
 
 
 def _applies(e: Any, device: Any) -> str | None:
@@ -42,8 +46,10 @@ def _space(e: Any, device: Any) -> ParameterSpace:
     regs, lanes, cpu = device.vector_registers(size), device.native_lanes(size), device.is_cpu
     return ParameterSpace(
         V=Choice([4, 8, 16]), U=IntRange(1, 2), nsplit=PowersOfTwo(2, 256),
-        tile=Choice([1, 8, 16, 64, 256, 1024, 4096]), denorms_are_zero=Boolean(),
-        constraints=[at_most(
+        tile=Choice([1, 8, 16, 64, 256, 1024, 4096]), math=Choice(list(MATH_MODES)),
+        denorms_are_zero=Boolean(),
+        constraints=[Constraint("native_float32", lambda p: size == 4 or not p[
+            "math"].startswith("native"), "native exp/log are float32 only"), at_most(
             "registers", lambda p: p["U"] * nv * (1 if cpu else -(-p["V"] // lanes)),
             2 * regs, f"U x {nv} accumulator vectors (GPUs: V / native lanes registers "
             "each) <= twice the device's vector registers")],
@@ -57,7 +63,7 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     # shared with another process does not hold the others back
     nsplit = min(256, 16 * max(1, device.compute_units))
     return {"V": 16 if single else 8, "U": 1, "nsplit": 1 << (nsplit.bit_length() - 1),
-            "tile": 1024, "denorms_are_zero": single}
+            "tile": 1024, "math": default_math(form, device), "denorms_are_zero": single}
 
 
 def _apply(t_unit: lp.TranslationUnit, params: dict[str, Any], e: Any, device: Any
@@ -65,7 +71,8 @@ def _apply(t_unit: lp.TranslationUnit, params: dict[str, Any], e: Any, device: A
     """Rows in vectors, the reduction dealt to nsplit work-items, partials combined by a
     second kernel: KeOps' GpuConv2D."""
     return kt.vec_kernel(e, params["V"], params["U"], nsplit=params["nsplit"],
-                         tile=params["tile"])
+                         tile=params["tile"], math=params["math"])
 
 
-RECIPE = Recipe("tiled_2d", applies=_applies, space=_space, default=_default, apply=_apply)
+RECIPE = Recipe("tiled_2d", applies=_applies, space=_space, default=_default, apply=_apply,
+                upgrade=lambda p: p if "math" in p else {**p, "math": "accurate"})

@@ -1,6 +1,7 @@
 """feinsum: a database of code transformations for batched einsums and kernel reductions."""
 
 from feinsum.errors import (
+    ArgumentError,
     CampaignError,
     DatabaseError,
     DeviceError,
@@ -13,6 +14,7 @@ from feinsum.errors import (
     MissingRecordError,
     NotIsomorphicError,
     PlanError,
+    PredictionError,
     RecipeError,
     RecipeFailure,
     SchedulerUnreachableError,
@@ -69,6 +71,9 @@ _LAZY: dict[str, str] = {
     "Match": "feinsum.matching",
     "measure": "feinsum.timing.single",
     "measure_roofline": "feinsum.timing.roofline",
+    "predict": "feinsum.prediction",
+    "predict_configuration": "feinsum.prediction",
+    "Prediction": "feinsum.prediction",
     "autotune": "feinsum.tuning",
     "campaign": "feinsum.campaigns",
     "revalidate": "feinsum.tuning.codecheck",
@@ -101,6 +106,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "LONG_THRESHOLD",
+    "ArgumentError",
     "Array",
     "BatchedEinsum",
     "BlockSparse",
@@ -117,6 +123,7 @@ __all__ = [
     "MissingRecordError",
     "NotIsomorphicError",
     "PlanError",
+    "PredictionError",
     "RecipeError",
     "RecipeFailure",
     "SchedulerUnreachableError",

@@ -27,6 +27,11 @@ class FormulaError(SpecificationError):
     """A formula operand that cannot be parsed or refers to unknown names."""
 
 
+class ArgumentError(FeinsumError, ValueError):
+    """A count, size or time argument out of its range (workers, jobs, a budget, a time
+    limit, a length...): :mod:`feinsum.checks` words it the same wherever it is given."""
+
+
 class NotIsomorphicError(FeinsumError):
     """Two specifications are not equal up to renaming; the message says what differs."""
 
@@ -68,6 +73,11 @@ class TuningError(FeinsumError):
     """The autotuner could not produce a record."""
 
 
+class PredictionError(FeinsumError):
+    """The performance model cannot predict a configuration (no model of the device, a
+    length missing, a kernel it cannot read)."""
+
+
 class MissingRecordError(DatabaseError):
     """The database holds no record for an einsum, and the caller asked for one
     (``transform_program(..., on_miss="error")``)."""
@@ -88,3 +98,9 @@ class SchedulerUnreachableError(CampaignError):
 class PerformanceWarning(UserWarning):
     """Something makes feinsum's programs slower than they need be (a warning, not an
     error: the results are right); the message names the fix."""
+
+
+class RooflineWarning(UserWarning):
+    """A roofline measurement that fails a sanity check (the float32 peak not above the
+    float64 one where the device says it must be, a figure far below the device's previous
+    measurement): the message says which, and whether it was recorded."""

@@ -49,10 +49,11 @@ def local_cluster(workers_per_device: int = 1) -> Any:
     require_distributed()
     from distributed import Nanny, Scheduler, SpecCluster
 
+    from feinsum import checks
     from feinsum.campaigns.owner import ENV_VAR, local_devices
 
-    if workers_per_device < 1:
-        raise CampaignError(f"workers per device must be at least 1, got {workers_per_device}")
+    workers_per_device = checks.count("workers_per_device", workers_per_device,
+                                      maximum=checks.MAX_PROCESSES)
     workers: dict[str, Any] = {}
     for dev in local_devices():
         for k in range(workers_per_device):

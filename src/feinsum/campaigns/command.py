@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from feinsum.cli.common import add_db_argument, add_json_argument, emit_json
+from feinsum.checks import count_type, processes_type
+from feinsum.cli.common import (
+    add_db_argument,
+    add_json_argument,
+    emit_json,
+)
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -18,13 +23,13 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
                         help="the dask scheduler (default: a cluster on this machine, one "
                         "worker per usable OpenCL device)")
     add_db_argument(parser)
-    parser.add_argument("--budget", type=int, default=None, metavar="N",
+    parser.add_argument("--budget", type=count_type(), default=None, metavar="N",
                         help="the budget of PLAN lines that give none (default: the "
                         "autotuner's, 100)")
     parser.add_argument("--records", choices=("auto", "client"), default="auto",
                         help="auto: workers write to the database when they can reach it, "
                         "else send their measurements here; client: always send them here")
-    parser.add_argument("--workers-per-device", type=int, default=1, metavar="N",
+    parser.add_argument("--workers-per-device", type=processes_type(), default=1, metavar="N",
                         help="without --scheduler: worker processes per device (builds "
                         "overlap, timing never does)")
     parser.add_argument("-q", "--quiet", action="store_true",

@@ -57,6 +57,15 @@ class Job:
     peers: bool = True
     baseline: bool = True
 
+    def __post_init__(self) -> None:
+        from feinsum import checks
+
+        checks.optional_count("budget", self.budget)
+        checks.optional_seconds("time_limit", self.time_limit)
+        checks.processes("workers", self.workers)
+        checks.seed("seed", self.seed)
+        checks.lengths("lengths", self.lengths)
+
     @property
     def label(self) -> str:
         lens = " ".join(f"{k}={v}" for k, v in self.lengths.items())
@@ -133,8 +142,9 @@ def read_plan(path: str | os.PathLike[str], *, budget: int | None = None) -> Pla
 
 def parse_plan(text: str, *, source: str = "PLAN", budget: int | None = None) -> Plan:
     """Check the PLAN *text* completely (every line) and return its jobs."""
-    if budget is not None and budget < 1:
-        raise PlanError(f"--budget must be at least 1, got {budget}")
+    from feinsum import checks
+
+    budget = checks.optional_count("budget", budget)
     parser = _tune_parser()
     jobs: list[Job] = []
     merged: list[tuple[int, int]] = []
@@ -176,7 +186,7 @@ def parse_plan(text: str, *, source: str = "PLAN", budget: int | None = None) ->
 
 def _line_jobs(parser: argparse.ArgumentParser, words: Sequence[str], number: int,
                text: str, budget: int | None) -> list[Job]:
-    from feinsum.cli.cmd_tune import check_lengths, check_search_options
+    from feinsum.cli.cmd_tune import check_lengths
     from feinsum.cli.specargs import parse_lengths, spec_from_args
     from feinsum.recipes import get_recipe
 
@@ -185,7 +195,6 @@ def _line_jobs(parser: argparse.ArgumentParser, words: Sequence[str], number: in
         if getattr(args, attr, None):
             raise _LineError(f"{option} belongs on the `feinsum campaign` command line, not "
                              "in a PLAN line")
-    check_search_options(args)
     device = args.device
     if device is not None and not device.strip(": "):
         raise _LineError("--device needs a name")

@@ -103,9 +103,13 @@ def campaign(plan: Plan | str | os.PathLike[str], client: Any = None, *, db: Any
     cluster. Never do two jobs time on one physical device at once. The result lists every
     job; those that failed say why (nothing is raised for them).
     """
+    from feinsum import checks
     from feinsum.campaigns.cluster import local_cluster, require_distributed
     from feinsum.database import Database, open_database
 
+    budget = checks.optional_count("budget", budget)
+    workers_per_device = checks.count("workers_per_device", workers_per_device,
+                                      maximum=checks.MAX_PROCESSES)
     require_distributed()
     if records not in ("auto", "client"):
         raise CampaignError(f"records must be 'auto' or 'client', not {records!r}")

@@ -8,7 +8,13 @@ import argparse
 import datetime as _dt
 from typing import Any
 
-from feinsum.cli.common import add_db_argument, add_json_argument, emit_json, nothing_found
+from feinsum.checks import processes_type, seconds_type
+from feinsum.cli.common import (
+    add_db_argument,
+    add_json_argument,
+    emit_json,
+    nothing_found,
+)
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -34,7 +40,8 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     p = action("merge", "add the records of other databases (paths, URLs) or export files")
     p.add_argument("others", nargs="+")
     p = action("prune", "delete stale measurements (any of the criteria)")
-    p.add_argument("--older-than-days", type=float, default=None, metavar="DAYS")
+    p.add_argument("--older-than-days", type=seconds_type(unit="days"), default=None,
+                   metavar="DAYS", help="measured more than DAYS days ago")
     p.add_argument("--loopy-below", metavar="VERSION", help="measured with an older loopy")
     p.add_argument("--pyopencl-below", metavar="VERSION")
     p.add_argument("--feinsum-below", metavar="VERSION")
@@ -58,7 +65,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--adopt", action="store_true",
                    help="also fingerprint records measured before fingerprints at older "
                    "recipe versions, trusting that today's code is the code they timed")
-    p.add_argument("--jobs", type=int, default=None, metavar="N",
+    p.add_argument("--jobs", type=processes_type(), default=None, metavar="N",
                    help="processes generating code (default: CPU count, at most 4)")
     p.add_argument("--recipe-path", action="append", default=None, metavar="DIR",
                    help="also load recipes from this directory or file (repeatable)")
@@ -147,10 +154,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _revalidate(args: argparse.Namespace, url: str | None) -> tuple[dict[str, Any], str]:
     import sys
-    from pathlib import Path
 
-    from feinsum.errors import DatabaseError
-    from feinsum.tuning.codecheck import revalidate, revalidate_file
+    from feinsum.database.engine import resolve_url, sqlite_path
+    from feinsum.database.files import revalidation_target
+    from feinsum.tuning.codecheck import revalidate
 
     def progress(done: int, total: int) -> None:
         if not args.json:
@@ -159,31 +166,15 @@ def _revalidate(args: argparse.Namespace, url: str | None) -> tuple[dict[str, An
     kw = {"recipe_path": args.recipe_path, "dry_run": args.dry_run,
           "adopt": args.adopt, "everything": args.everything, "jobs": args.jobs,
           "progress": progress}
-    reports = []
-    for target in [*([url] if url else []), *args.targets] or [None]:
-        p = None if target is None or "://" in target or target == ":memory:" else Path(target)
-        if p is not None and not p.exists():
-            raise DatabaseError(f"no database or export at {target!r}")
-        if p is not None and p.is_file() and _is_export(p):
-            reports.append(revalidate_file(p, **kw))
-        else:
-            reports.append(revalidate(target, **kw))
+    targets = [*([url] if url else []), *args.targets] or [None]
+    for target in targets:  # every one checked before any is revalidated
+        path = None if target is None else sqlite_path(resolve_url(target))
+        if path is not None:
+            revalidation_target(path)
+    reports = [revalidate(target, **kw) for target in targets]
     out = {"dry_run": args.dry_run, "targets": [
-        {"target": r.where, "counts": r.counts,
+        {"target": r.where, "counts": r.counts, "note": r.note,
          "reasons": [{"action": a, "why": w, "recipe": n, "records": k}
                      for (a, w, n), k in sorted(r.reasons.items())]}
         for r in reports]}
     return out, "\n".join(r.summary() for r in reports)
-
-
-def _is_export(path: Any) -> bool:
-    """Whether *path* is a JSON-lines export (by its first line), not a database."""
-    from feinsum.database.sharing import read_file_lines
-    from feinsum.errors import DatabaseError
-
-    try:
-        for _, obj in read_file_lines(path):
-            return obj.get("type") == "header"  # type: ignore[no-any-return]
-    except DatabaseError:
-        return False
-    return False

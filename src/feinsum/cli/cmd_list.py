@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
+from feinsum.checks import count_type
 from feinsum.cli.common import (
     add_db_argument,
     add_json_argument,
@@ -21,7 +22,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
                         help="only devices whose name or key contains TEXT")
     parser.add_argument("--einsum", metavar="TEXT",
                         help="only einsums whose canonical key or canonical text contains TEXT")
-    parser.add_argument("--min-records", type=int, default=1, metavar="N",
+    parser.add_argument("--min-records", type=count_type(), default=1, metavar="N",
                         help="only groups with at least N records")
     add_json_argument(parser)
 

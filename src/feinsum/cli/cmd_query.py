@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from feinsum.checks import count_type
 from feinsum.cli.common import (
     add_db_argument,
     add_json_argument,
@@ -33,7 +34,8 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
         parser.add_argument("--recipe", default=None, help="only records of this recipe")
         parser.add_argument("--status", default="ok",
                             help='only this status (default ok; "all" for every record)')
-        parser.add_argument("--limit", type=int, default=None, help="at most N records")
+        parser.add_argument("--limit", type=count_type(), default=None, metavar="N",
+                            help="at most N records")
         parser.add_argument("--current", action="store_true",
                             help="only records of the current recipe versions (records of "
                             "older versions are revalidated first, as the hook does)")
@@ -88,12 +90,9 @@ def _in_your_names(spec: BatchedEinsum) -> Any:
 
 def _query(args: argparse.Namespace) -> int:
     from feinsum.cli.dbread import open_db, pick_device
-    from feinsum.errors import SpecificationError
 
     spec, lengths = _spec_and_lengths(args)
     names = _in_your_names(spec_from_args(args))
-    if args.limit is not None and args.limit < 1:
-        raise SpecificationError("--limit must be at least 1")
     with open_db(args.db) as db:
         device = pick_device(db, args.device)
         records = db.query(spec, device, recipe=args.recipe,

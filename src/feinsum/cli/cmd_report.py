@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from feinsum.cli.common import (
     add_db_argument,
@@ -13,6 +14,9 @@ from feinsum.cli.common import (
     fmt_rate,
     print_table,
 )
+
+if TYPE_CHECKING:
+    from feinsum.cli.report_data import Panel
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -70,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
                    "panels": [{"device": p.device_name, "device_key": p.device_key,
                                "dtype": p.dtype, "peak_gflops": p.peak,
                                "bandwidth_gbs": p.bandwidth,
+                               "roofline_problems": list(p.problems),
                                "roofline": None if p.roofline is None
                                else p.roofline.as_dict()} for p in panels],
                    "points": [p.as_dict() for p in points]})
@@ -92,17 +97,19 @@ def _write(args: argparse.Namespace, out: Path, panels: list, title: str, meta: 
            ) -> list[str]:
     from feinsum.cli.report_page import page
     from feinsum.cli.report_plot import render
+    from feinsum.database.files import write_beside
 
     written = []
     png: bytes | None = None
     if not args.no_plot:
         fmt = out.suffix.lower()[1:]
         data = render(panels, title, fmt)
-        out.write_bytes(data)
+        write_beside(out, lambda tmp: tmp.write_bytes(data))
         written.append(str(out))
         png = data if fmt == "png" else render(panels, title, "png")
     if args.html:
-        Path(args.html).write_text(page(title, meta, panels, png), encoding="utf-8")
+        text = page(title, meta, panels, png, [w for p in panels for w in warnings_of(p)])
+        write_beside(args.html, lambda tmp: tmp.write_text(text, encoding="utf-8"))
         written.append(args.html)
     return written
 
@@ -111,14 +118,28 @@ def _print(panels: list) -> None:
     from feinsum.cli.report_page import COLUMNS
 
     for panel in panels:
-        roof = ("no roofline measured (`feinsum tune` measures it)" if panel.peak is None
-                else f"roofline {fmt_rate(panel.bandwidth)} GB/s, {fmt_rate(panel.peak)} "
-                "GFLOP/s")
-        cols = [c for c in COLUMNS if c[0] not in ("device", "dtype")]
+        roof = ("no roofline measured (`feinsum devices --roofline` measures it)"
+                if panel.peak is None else f"roofline {fmt_rate(panel.bandwidth)} GB/s, "
+                f"{fmt_rate(panel.peak)} GFLOP/s")
+        cols = [c for c in COLUMNS if c[0] not in ("device", "dtype", "note")]
         print_table(f"{panel.device_name}, {panel.dtype}: {roof}",
                     [short for _, short, _, _ in cols],
                     [[_cell(short, get(p)) for _, short, get, _ in cols]
                      for p in panel.points])
+        for line in warnings_of(panel):
+            print(line)
+
+
+def warnings_of(panel: Panel) -> list[str]:
+    """What is wrong in *panel*, one line each: its roofline, and each point above its
+    roof, with why."""
+    out = [f"WARNING: suspicious roofline of {panel.device_name} ({panel.dtype}): {p}"
+           for p in panel.problems]
+    for k, p in enumerate(panel.points, 1):
+        if p.above_roof is not None:
+            out.append(f"WARNING: point {k}, {p.einsum} {p.lengths}, is at "
+                       f"{p.above_roof[1]}")
+    return out
 
 
 def _cell(header: str, value: object) -> str:

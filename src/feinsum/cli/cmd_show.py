@@ -13,6 +13,7 @@ from feinsum.cli.common import (
     fmt_rate,
     record_dict,
 )
+from feinsum.cli.predicted import add_model_argument
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -22,6 +23,7 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     add_db_argument(parser)
     parser.add_argument("--no-code", action="store_true",
                         help="do not generate the OpenCL code")
+    add_model_argument(parser)
     add_json_argument(parser)
 
 
@@ -52,6 +54,18 @@ def generated_code(db: Any, r: Any) -> tuple[str, str]:
     return lp.generate_code_v2(t_unit).device_code(), note
 
 
+def _prediction(db: Any, r: Any, text: Any, model: str | None) -> tuple[Any, str]:
+    """The record's configuration predicted on *model* (default: its own device)."""
+    from feinsum.cli.dbread import devices
+    from feinsum.cli.predicted import record_prediction
+    from feinsum.spec.serialize import spec_from_json
+
+    if text is None:
+        return None, "the database holds no specification for the einsum"
+    return record_prediction(model, r.recipe_name, spec_from_json(text[1]), r.params,
+                             devices(db).get(r.device_key), r.lengths)
+
+
 def run(args: argparse.Namespace) -> int:
     from feinsum.cli.common import einsum_label as short_label
     from feinsum.cli.dbread import einsum_origin_of, einsum_text, find_record, open_db
@@ -62,9 +76,14 @@ def run(args: argparse.Namespace) -> int:
         text = einsum_text(db, r.canonical_key)
         origin = einsum_origin_of(db, r.canonical_key)
         code, note = (None, "") if args.no_code else generated_code(db, r)
+        predicted, why = _prediction(db, r, text, args.model)
     if args.json:
+        from feinsum.cli.predicted import prediction_dict
+
         d = record_dict(r)
-        d.update(canonical_text=None if text is None else text[0], code=code, code_note=note)
+        d.update(canonical_text=None if text is None else text[0], code=code, code_note=note,
+                 prediction=None if predicted is None else prediction_dict(predicted),
+                 prediction_note=why)
         emit_json(d)
         return 0
     rows: list[tuple[str, Any]] = [
@@ -98,6 +117,12 @@ def run(args: argparse.Namespace) -> int:
                                    f"{r.recipe_version})"))
     if r.retired_at is not None:
         rows.append(("retired", f"{r.retired_at:%Y-%m-%d %H:%M:%S} UTC: {r.retired_reason}"))
+    if predicted is not None:
+        from feinsum.cli.predicted import prediction_text
+
+        rows.append(("predicted", prediction_text(predicted)))
+    else:
+        rows.append(("predicted", f"- ({why})"))
     for k, v in rows:
         print(f"{k:<15} {v}")
     if code is not None:

@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from feinsum.checks import count_type, processes_type, seconds_type, seed_type
 from feinsum.cli.common import (
     add_db_argument,
     add_device_argument,
     add_json_argument,
     emit_json,
 )
+from feinsum.cli.predicted import add_model_argument
 from feinsum.cli.specargs import add_spec_arguments, parse_lengths, spec_from_args
 
-STRATEGIES = ("auto", "exhaustive", "random", "model")
+STRATEGIES = ("auto", "predicted", "exhaustive", "random", "model")
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -28,14 +30,17 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
     g.add_argument("--recipe-path", action="append", default=None, metavar="DIR",
                    help="extra directory of recipe files (repeatable)")
     g.add_argument("--strategy", choices=STRATEGIES, default="auto",
-                   help="search strategy (auto: exhaustive for small spaces, else model-based)")
-    g.add_argument("--budget", type=int, default=None, metavar="N",
+                   help="search strategy (auto: the performance model's order on a GPU it "
+                   "describes, else exhaustive for small spaces and model-based for others)")
+    g.add_argument("--budget", type=count_type(), default=None, metavar="N",
                    help="configurations to evaluate in all, records already in the database "
                    "included (default: the autotuner's, 100)")
-    g.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+    g.add_argument("--time-limit", type=seconds_type(), default=None, metavar="SECONDS",
                    help="start no new configuration after this many seconds")
-    g.add_argument("--seed", type=int, default=0, help="random seed of the strategies")
-    g.add_argument("--workers", type=int, default=None, help="parallel build workers")
+    g.add_argument("--seed", type=seed_type(), default=0,
+                   metavar="N", help="random seed of the strategies")
+    g.add_argument("--workers", type=processes_type(), default=None, metavar="N",
+                   help="parallel build workers (default: the CPU count, at most 4)")
     g.add_argument("--no-peers", action="store_true",
                    help="do not time numpy/opt_einsum/torch for comparison")
     g.add_argument("--no-baseline", action="store_true",
@@ -44,6 +49,13 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
                    help="record nothing (no resume; the database is not opened)")
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no progress bar; print only the final table")
+    g = parser.add_argument_group("prediction")
+    g.add_argument("--dry-run", action="store_true",
+                   help="measure nothing: print the configurations the tuner would measure "
+                   "first, in the performance model's order, with their predicted times")
+    add_model_argument(g)  # type: ignore[arg-type]
+    g.add_argument("--show", type=count_type(), default=4, metavar="N",
+                   help="with --dry-run: candidates shown per recipe (default 4)")
     add_json_argument(parser)
 
 
@@ -73,16 +85,6 @@ def check_lengths(spec: Any, lengths: dict[str, int], *, every: bool = True) -> 
     return {k: v for k, v in lengths.items() if k in symbols}
 
 
-def check_search_options(args: argparse.Namespace) -> None:
-    """``--budget`` and ``--time-limit`` are positive."""
-    from feinsum.errors import SpecificationError
-
-    if args.budget is not None and args.budget < 1:
-        raise SpecificationError("--budget must be at least 1")
-    if args.time_limit is not None and args.time_limit <= 0:
-        raise SpecificationError("--time-limit must be positive")
-
-
 def run(args: argparse.Namespace) -> int:
     from feinsum.cli.specargs import load_kernel_match
     from feinsum.errors import TuningError
@@ -90,7 +92,15 @@ def run(args: argparse.Namespace) -> int:
     found = load_kernel_match(args.kernel) if args.kernel else None
     spec = found.einsum if found is not None else spec_from_args(args)
     lengths = check_lengths(spec, parse_lengths(args.lengths))
-    check_search_options(args)
+    if args.dry_run:
+        from feinsum.cli.predicted import dry_run
+
+        return dry_run(args, spec, lengths)
+    if args.model:
+        from feinsum.errors import SpecificationError
+
+        raise SpecificationError("--model predicts, it does not tune: add --dry-run (tuning "
+                                 "measures on a real --device)")
 
     from feinsum.devices.opencl import get_device
 

@@ -107,14 +107,18 @@ def devices(db: Database) -> dict[str, DeviceInfo]:
     import sqlalchemy as sa
 
     from feinsum.database.models import Device
+    from feinsum.database.store import over_stores
     from feinsum.devices.opencl import DeviceInfo
 
-    out: dict[str, DeviceInfo] = {}
-    for store in _stores(db):
+    def rows(store: Any) -> list[Any]:
         with store.reading("listing devices") as conn:
-            for key, info in conn.execute(sa.select(Device.key, Device.info_json)):
-                if key not in out:
-                    out[key] = DeviceInfo.from_dict(json.loads(info))
+            return conn.execute(sa.select(Device.key, Device.info_json)).all()
+
+    out: dict[str, DeviceInfo] = {}
+    for part in over_stores(_stores(db), rows):
+        for key, info in part:
+            if key not in out:
+                out[key] = DeviceInfo.from_dict(json.loads(info))
     return out
 
 
@@ -170,10 +174,14 @@ def groups(db: Database) -> list[Group]:
             .join(Device, Measurement.device_id == Device.id)
             .group_by(Einsum.canonical_key, Einsum.canonical_text, Einsum.spec_json,
                       Einsum.origin_json, Device.key, Device.name, Measurement.lengths_key))
-    found: dict[tuple[str, str], dict[str, Any]] = {}
-    for store in _stores(db):
+    from feinsum.database.store import over_stores
+
+    def summary(store: Any) -> list[Any]:
         with store.reading("summarising") as conn:
-            rows = conn.execute(stmt).all()
+            return conn.execute(stmt).all()
+
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for rows in over_stores(_stores(db), summary):
         for ck, text, sj, oj, dk, dn, lk, n, n_ok, t, gf in rows:
             g = found.setdefault((ck, dk), {"text": text, "spec": sj, "name": dn, "n": 0,
                                             "ok": 0, "lengths": set(), "gflops": None,

@@ -2,8 +2,9 @@
 
 Exit codes, the same for every command (docs/cli.rst): 0 found or did what was asked; 1
 found nothing (``match`` no einsum, ``query``/``list``/``report`` no record, ``best`` no
-record, only the default; ``devices`` no usable device) or a user error (one line on stderr;
-``--debug`` shows the traceback); 2 a usage error (argparse); 130 interrupted.
+record, only the default; ``devices`` no usable device; ``cache`` turned off) or a user
+error (one line on stderr; ``--debug`` shows the traceback); 2 a usage error (argparse);
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn, TextIO
 
 # subcommand -> (the module defining its configure() and run(): under feinsum.cli, or a
 # full module name for `campaign`, which lives in the package it drives; one-line help)
@@ -28,6 +30,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("cmd_report", "roofline plot and speed-up table for a device (PNG/SVG/HTML)"),
     "db": ("cmd_db", "database maintenance: upgrade, export, import, merge, prune, "
                      "revalidate, info"),
+    "cache": ("cmd_cache", "the hook's persistent cache of transformed programs: info, clear"),
 }
 
 
@@ -35,8 +38,16 @@ def _module_name(module: str) -> str:
     return module if "." in module else f"feinsum.cli.{module}"
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (the problem and where the options are listed), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the "
+                  "options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="feinsum",
         description="A database of code transformations for batched einsums and kernel "
         "reductions on OpenCL devices.",
@@ -72,11 +83,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     module, _ = _COMMANDS[args.command]
+    label = " ".join(filter(None, (args.command, getattr(args, "db_command", None))))
     run: Callable[[argparse.Namespace], int] = importlib.import_module(_module_name(module)).run
+    import warnings
+
+    from feinsum.errors import RooflineWarning
+
+    def one_line(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
+        if issubclass(category, RooflineWarning):
+            print(f"feinsum {label}: warning: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    show = warnings.showwarning
+    warnings.showwarning = one_line
     try:
         return run(args) or 0
     except KeyboardInterrupt:
-        print("feinsum: interrupted", file=sys.stderr)
+        print(f"feinsum {label}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
         from feinsum.errors import FeinsumError
@@ -84,17 +109,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "debug", False):
             raise
         if isinstance(exc, FeinsumError):
-            print(f"feinsum {args.command}: error: {exc}", file=sys.stderr)
+            print(f"feinsum {label}: error: {exc}", file=sys.stderr)
             return 1
         if isinstance(exc, (OSError, ValueError)):
-            print(f"feinsum {args.command}: error: {exc}", file=sys.stderr)
+            print(f"feinsum {label}: error: {exc}", file=sys.stderr)
             return 1
         print(
-            f"feinsum {args.command}: internal error: {type(exc).__name__}: {exc} "
+            f"feinsum {label}: internal error: {type(exc).__name__}: {exc} "
             "(rerun with --debug for the traceback)",
             file=sys.stderr,
         )
         return 1
+    finally:
+        warnings.showwarning = show
 
 
 if __name__ == "__main__":

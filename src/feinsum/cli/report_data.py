@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from feinsum.errors import FeinsumError
@@ -15,6 +15,7 @@ from feinsum.timing.roofline import PEAK_DTYPE
 
 if TYPE_CHECKING:
     from feinsum.database import Database, Record
+    from feinsum.devices.info import DeviceInfo
     from feinsum.timing.roofline import Roofline
 
 #: Points measured within this time of the user's newest record count as their latest work.
@@ -51,6 +52,8 @@ class Point:
     peer_seconds: float | None = None
     #: among the user's newest records (see :data:`LATEST_WINDOW`)
     latest: bool = False
+    #: why the point is above its roof (None: it is not): (short label, explanation)
+    above_roof: tuple[str, str] | None = None
 
     def rate(self, seconds: float | None) -> float | None:
         """The GFLOP/s of the same computation in *seconds*."""
@@ -93,6 +96,7 @@ class Point:
             "untransformed_gflops": self.untransformed_gflops, "speedup": self.speedup,
             "peer": self.peer, "peer_seconds": self.peer_seconds,
             "peer_gflops": self.peer_gflops, "vs_peer": self.vs_peer, "latest": self.latest,
+            "above_roof": None if self.above_roof is None else self.above_roof[1],
         }
 
 
@@ -105,6 +109,8 @@ class Panel:
     dtype: str
     roofline: Roofline | None
     points: list[Point] = field(default_factory=list)
+    #: the sanity checks its roofline fails (:func:`feinsum.timing.roofline.roofline_problems`)
+    problems: tuple[str, ...] = ()
 
     @property
     def peak(self) -> float | None:
@@ -152,7 +158,7 @@ def collect(db: Database, *, device: str | None = None, einsum: str | None = Non
     from feinsum.database.origins import einsum_label, lengths_label
     from feinsum.database.rates import record_work
     from feinsum.timing.measurement import UNTRANSFORMED
-    from feinsum.timing.roofline import Roofline
+    from feinsum.timing.roofline import Roofline, roofline_problems
 
     panels: dict[tuple[str, str], Panel] = {}
     for dkey, info in devices(db).items():
@@ -160,6 +166,8 @@ def collect(db: Database, *, device: str | None = None, einsum: str | None = Non
             continue
         stored = db.get_roofline(info)
         roof = None if stored is None else Roofline.from_dict(stored)
+        problems = () if roof is None else tuple(dict.fromkeys(
+            [*roof.problems, *roofline_problems(roof, info)]))
         by_einsum: dict[str, list[Record]] = {}
         for r in db.query(None, dkey):
             by_einsum.setdefault(r.canonical_key, []).append(r)
@@ -195,12 +203,38 @@ def collect(db: Database, *, device: str | None = None, einsum: str | None = Non
                     peer=None if peer is None else peer[0],
                     peer_seconds=None if peer is None else peer[1])
                 panel = panels.setdefault((dkey, dtype),
-                                          Panel(dkey, info.name, dtype, roof))
-                panel.points.append(point)
+                                          Panel(dkey, info.name, dtype, roof, problems=problems))
+                panel.points.append(replace(point, above_roof=above_roof(point, panel, info)))
     out = sorted(panels.values(), key=lambda p: (p.device_name, p.dtype))
     for panel in out:
         panel.points.sort(key=lambda p: (p.einsum, p.intensity or 0.0, p.lengths))
     return _mark_latest(out)
+
+
+def above_roof(p: Point, panel: Panel, info: DeviceInfo) -> tuple[str, str] | None:
+    """Why point *p* is above its roof, (short label, explanation); None when it is not."""
+    if p.gflops is None or p.roof is None or p.gflops <= p.roof:
+        return None
+    pct = f"{100 * p.gflops / p.roof:.0f}% of its roof"
+    if panel.problems:
+        return ("suspicious roofline", f"{pct}: the roofline of {panel.device_name} is "
+                "suspicious (said above it); `feinsum devices --roofline` measures it again")
+    peak = panel.peak
+    if peak is not None and p.roof >= peak * 0.999:
+        return ("peak measured low", f"{pct}, above the {panel.dtype} peak the roofline "
+                f"measured ({peak:,.1f} GFLOP/s): it was measured low, while the device was "
+                "busy?; `feinsum devices --roofline` measures it again")
+    from feinsum.timing.roofline import stream_bytes
+
+    footprint = p.gflops * 1e9 * p.seconds / p.intensity if p.intensity else None
+    streams = stream_bytes(info)
+    if footprint is not None and footprint < streams:
+        return ("cache", f"{pct}, above the memory roof: its arrays ({footprint / 2**20:,.3g}"
+                f" MiB) are smaller than the roofline's streams ({streams / 2**20:,.0f} MiB) "
+                "and are read from caches, faster than from memory")
+    return ("bandwidth measured low", f"{pct}, above the memory roof: the roofline's "
+            "bandwidth was measured low, while the device was busy?; `feinsum devices "
+            "--roofline` measures it again")
 
 
 def _canonical_label(text: tuple[str, str] | None, key: str) -> str:

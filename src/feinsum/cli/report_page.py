@@ -27,6 +27,8 @@ COLUMNS: Sequence[tuple[str, str, Callable[[Point], Any], bool]] = (
     ("vs peer", "vs peer", lambda p: p.vs_peer, True),
     ("measured (UTC)", "measured", lambda p: p.measured_at.strftime("%Y-%m-%d %H:%M"), False),
     ("record", "record", lambda p: p.record, False),
+    ("note", "note", lambda p: None if p.above_roof is None
+     else f"above its roof: {p.above_roof[1]}", False),
 )
 
 _STYLE = """
@@ -43,6 +45,7 @@ th:hover{background:#e8e8ee}
 th[aria-sort=ascending]::after{content:" \\25B2"}
 th[aria-sort=descending]::after{content:" \\25BC"}
 tr.latest td:first-child{border-left:3px solid #333}
+tr.above td{color:#c0392b}p.warning{color:#c0392b;font-weight:600;margin:.3em 0}
 """
 
 # Sort by a header's column on click (again: reverse); numbers by their data-value, empty
@@ -85,8 +88,8 @@ def cell_text(value: Any) -> str:
 
 
 def page(title: str, meta: str, panels: list[Panel], image: bytes | None,
-         image_type: str = "image/png") -> str:
-    """The HTML text of a report."""
+         warnings: Sequence[str] = (), image_type: str = "image/png") -> str:
+    """The HTML text of a report; *warnings*: what is wrong in it, one line each."""
     esc = html.escape
     heads = "".join(f'<th data-type="{"num" if num else "text"}" scope="col">{esc(h)}</th>'
                     for h, _, _, num in COLUMNS)
@@ -100,7 +103,9 @@ def page(title: str, meta: str, panels: list[Panel], image: bytes | None,
                 cells.append(f'<td class="num" data-value="{value}">{esc(cell_text(v))}</td>')
             else:
                 cells.append(f"<td>{esc(cell_text(v))}</td>")
-        cls = ' class="latest"' if p.latest else ""
+        cls = " ".join(c for c, on in (("latest", p.latest), ("above", p.above_roof))
+                       if on)
+        cls = f' class="{cls}"' if cls else ""
         rows.append(f"<tr{cls}>{''.join(cells)}</tr>")
     figure = ""
     if image is not None:
@@ -110,7 +115,8 @@ def page(title: str, meta: str, panels: list[Panel], image: bytes | None,
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>"
-        f"<h1>feinsum report</h1><p class=\"meta\">{esc(meta)}</p>{figure}"
+        f"<h1>feinsum report</h1><p class=\"meta\">{esc(meta)}</p>"
+        + "".join(f'<p class="warning">{esc(w)}</p>' for w in warnings) + f"{figure}"
         f'<div class="table"><table class="sortable"><thead><tr>{heads}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div>"
         f"<script>{_SCRIPT}</script></body></html>\n"

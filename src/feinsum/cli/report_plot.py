@@ -27,6 +27,14 @@ _BESIDE = 11.0
 _PANEL_HEIGHT = 4.8
 _LABEL_CHARS = 60
 _TIMES = "\N{MULTIPLICATION SIGN}"
+#: The colour of what is wrong: a suspicious roofline, a point above its roof.
+_WARN = "#c0392b"
+
+
+def _wrap(text: str, width: int = 70) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
 
 
 def _pyplot() -> Any:
@@ -192,14 +200,20 @@ def _draw(ax: Any, panel: Panel) -> None:
         for ref in (p.untransformed_gflops, p.peer_gflops):
             if ref:
                 labels.block(p.intensity, ref, 6 + _BESIDE)  # type: ignore[arg-type]
+    suspicious = bool(panel.problems)
     if panel.peak and panel.bandwidth:
-        _roof(ax, labels, panel.peak, panel.bandwidth, xlo, xhi, ylo)
-        handles.append(Line2D([], [], color="black", lw=2,
+        _roof(ax, labels, panel.peak, panel.bandwidth, xlo, xhi, ylo, suspicious)
+        handles.append(Line2D([], [], color=_WARN if suspicious else "black", lw=2,
+                              ls="--" if suspicious else "-",
                               label=f"roofline: {fmt_rate(panel.bandwidth)} GB/s memory, "
                               f"{fmt_rate(panel.peak)} GFLOP/s {panel.dtype} peak"))
     else:
-        head += "  (no roofline measured: `feinsum tune` measures it)"
-    ax.set_title(head, loc="left", fontsize=11.5)
+        head += "  (no roofline measured: `feinsum devices --roofline` measures it)"
+    if suspicious:
+        head += "  \N{WARNING SIGN} suspicious roofline"
+        handles.append(Line2D([], [], ls="", label=_wrap(
+            "\N{WARNING SIGN} suspicious roofline: " + "; ".join(panel.problems))))
+    ax.set_title(head, loc="left", fontsize=11.5, color=_WARN if suspicious else "black")
     grey = "#555555"
     handles += [
         Line2D([], [], ls="", marker="o", ms=8, color=grey,
@@ -213,6 +227,9 @@ def _draw(ax: Any, panel: Panel) -> None:
     if any(p.latest for p in pts):
         handles.append(Line2D([], [], ls="", marker="o", ms=13, mfc="none", mew=1.6,
                               color="black", label="your latest records"))
+    if any(p.above_roof for p in pts):
+        handles.append(Line2D([], [], ls="", marker="^", ms=15, mfc="none", mew=1.6,
+                              color=_WARN, label="above its roof (why: after its name)"))
     colors = _colors(len(panel.points))
     mixed = len({p.source for p in panel.points}) > 1
     numbered = []
@@ -225,6 +242,8 @@ def _draw(ax: Any, panel: Panel) -> None:
         if len(label) > _LABEL_CHARS:
             label = label[: _LABEL_CHARS - 1] + "\N{HORIZONTAL ELLIPSIS}"
         suffix = " (shipped)" if mixed and p.source == "shipped" else ""
+        if p.above_roof is not None:
+            suffix += f"  \N{WARNING SIGN} above its roof: {p.above_roof[0]}"
         handles.append(Line2D([], [], ls="", marker="o", ms=8, color=c,
                               label=f"{k:>2}  {label}  [{p.recipe}]{suffix}"))
     for k, p, _ in numbered:
@@ -238,11 +257,11 @@ def _draw(ax: Any, panel: Panel) -> None:
 
 
 def _roof(ax: Any, labels: _Labels, peak: float, bw: float, xlo: float, xhi: float,
-          ylo: float) -> None:
+          ylo: float, suspicious: bool = False) -> None:
     ridge = peak / bw
     x0 = max(xlo, ylo / bw)
-    ax.plot([x0, ridge, xhi], [x0 * bw, peak, peak], color="black", lw=2,
-            solid_joinstyle="miter", zorder=2)
+    ax.plot([x0, ridge, xhi], [x0 * bw, peak, peak], color=_WARN if suspicious else "black",
+            lw=2, ls="--" if suspicious else "-", solid_joinstyle="miter", zorder=2)
     ax.plot([ridge, ridge], [ylo, peak], color="#888888", lw=1, ls=":", zorder=1)
     labels.block_line([(x0, x0 * bw), (ridge, peak), (xhi, peak)])
     labels.place(f"ridge {ridge:.3g} flop/B", (ridge, ylo),
@@ -283,6 +302,8 @@ def _point(ax: Any, labels: _Labels, p: Point, color: Any) -> None:
                                 "shrinkA": 4, "shrinkB": 5, "mutation_scale": 9})
         labels.block_line([(x, ref), (x, y)], width=2.0)
     ax.plot([x], [y], ls="", marker="o", ms=8, color=color, mec="white", mew=0.8, zorder=4)
+    if p.above_roof is not None:
+        ax.plot([x], [y], ls="", marker="^", ms=15, mfc="none", mec=_WARN, mew=1.6, zorder=4)
     if p.latest:
         ax.plot([x], [y], ls="", marker="o", ms=13, mfc="none", mec="black", mew=1.6,
                 zorder=4)

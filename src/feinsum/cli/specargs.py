@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from feinsum.checks import MAX_ROWS, count_type
 from feinsum.errors import FeinsumError, SpecificationError
 
 if TYPE_CHECKING:
     from feinsum.spec.model import BatchedEinsum
+
+
+_INTEGER = re.compile(r"\s*[+-]?\d+\s*")
 
 
 class KernelFileError(FeinsumError):
@@ -21,6 +26,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, kernel: bool = False)
     parser.add_argument("subscripts", nargs="?", help='einsum subscripts, e.g. "xre,rij,xej->ei"')
     parser.add_argument(
         "-s", "--size", action="append", default=[], metavar="INDEX=LENGTH[,...]",
+        type=_size_items,
         help="length of each index: an integer, or a symbol name for a long axis "
         "(e.g. -s x=3,r=3,i=35,j=35,e=E)",
     )
@@ -29,12 +35,13 @@ def add_spec_arguments(parser: argparse.ArgumentParser, *, kernel: bool = False)
     parser.add_argument("--order", default="C", help="memory order C/F, or a comma list")
     parser.add_argument("--reduction", default="sum",
                         choices=["sum", "min", "max", "argmin", "argmax", "logsumexp"])
-    parser.add_argument("--rows", type=int, default=1,
+    parser.add_argument("--rows", type=count_type(maximum=MAX_ROWS), default=1, metavar="N",
                         help="batch this many outputs sharing the expression")
     parser.add_argument("--vary", default="",
                         help="comma list of operand positions that differ per row "
                         "(default with --rows: the last operand)")
     parser.add_argument("-l", "--lengths", action="append", default=[], metavar="SYMBOL=N",
+                        type=_length_items,
                         help="values of length symbols to tune/measure at (e.g. -l E=50000)")
     if kernel:
         parser.add_argument("--kernel", metavar="FILE.py[:NAME]",
@@ -55,14 +62,46 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return out
 
 
+def _length_problem(key: str, value: str) -> str | None:
+    from feinsum.checks import MAX_LENGTH, count_problem
+
+    problem = count_problem(value, maximum=MAX_LENGTH)
+    return None if problem is None else f"{key} {problem}"
+
+
+def _checked_pairs(text: str, what: str, integers_only: bool) -> str:
+    """*text* (``NAME=VALUE[,...]``) if every value is a length (or, unless
+    *integers_only*, a symbol name); else the problem, for argparse."""
+    try:
+        pairs = _pairs([text], what)
+    except SpecificationError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{what}: ")) from None
+    for k, v in pairs.items():
+        if integers_only or _INTEGER.fullmatch(v):
+            problem = _length_problem(k, v)
+            if problem is not None:
+                raise argparse.ArgumentTypeError(problem)
+    return text
+
+
+def _length_items(text: str) -> str:
+    return _checked_pairs(text, "--lengths", integers_only=True)
+
+
+def _size_items(text: str) -> str:
+    return _checked_pairs(text, "--size", integers_only=False)
+
+
 def parse_lengths(items: list[str]) -> dict[str, int]:
-    """``-l E=50000`` -> {"E": 50000}."""
+    """``-l E=50000`` -> {"E": 50000} (each 1 to ``checks.MAX_LENGTH``)."""
     out = {}
     for k, v in _pairs(items, "--lengths").items():
-        try:
-            out[k] = int(v)
-        except ValueError:
-            raise SpecificationError(f"--lengths: {k}={v!r} is not an integer") from None
+        problem = _length_problem(k, v)
+        if problem is not None:
+            from feinsum.errors import ArgumentError
+
+            raise ArgumentError(f"--lengths: {problem}")
+        out[k] = int(v)
     return out
 
 
@@ -83,7 +122,7 @@ def _spec_from_subscripts(args: argparse.Namespace) -> BatchedEinsum:
     in_indices, _ = parse_subscripts(args.subscripts, nops)
     sizes: dict[str, int | str] = {}
     for k, v in _pairs(args.size, "--size").items():
-        sizes[k] = int(v) if v.isdigit() else v
+        sizes[k] = int(v) if _INTEGER.fullmatch(v) else v
     missing = sorted({i for idx in in_indices for i in idx} - set(sizes))
     if missing:
         raise SpecificationError(
@@ -94,12 +133,11 @@ def _spec_from_subscripts(args: argparse.Namespace) -> BatchedEinsum:
     for what, vals in (("--dtype", dtypes), ("--order", orders)):
         if len(vals) not in (1, nops):
             raise SpecificationError(f"{what}: give one value or {nops} (one per operand)")
-    if args.rows < 1:
-        raise SpecificationError("--rows must be >= 1")
-    vary = {int(v) for v in args.vary.split(",") if v.strip()} if args.vary else (
-        {nops - 1} if args.rows > 1 else set())
-    if any(v < 0 or v >= nops for v in vary):
-        raise SpecificationError(f"--vary: operand positions go from 0 to {nops - 1}")
+    words = [v.strip() for v in args.vary.split(",") if v.strip()]
+    if any(not _INTEGER.fullmatch(v) or not 0 <= int(v) < nops for v in words):
+        raise SpecificationError(f"--vary {args.vary!r}: operand positions go from 0 to "
+                                 f"{nops - 1}")
+    vary = {int(v) for v in words} if words else ({nops - 1} if args.rows > 1 else set())
     rows = []
     for r in range(args.rows):
         row = []

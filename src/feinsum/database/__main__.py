@@ -11,6 +11,7 @@ import datetime as _dt
 import sys
 from collections.abc import Sequence
 
+from feinsum.checks import seconds_type
 from feinsum.errors import FeinsumError
 
 
@@ -43,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("others", nargs="+", help="database paths/URLs or export files")
 
     s = sub.add_parser("prune", help="delete stale measurements")
-    s.add_argument("--older-than-days", type=float, default=None)
+    s.add_argument("--older-than-days", type=seconds_type(unit="days"), default=None)
     s.add_argument("--loopy-below", default=None, help="measured with loopy older than this")
     s.add_argument("--pyopencl-below", default=None)
     s.add_argument("--feinsum-below", default=None)

@@ -43,7 +43,7 @@ from .records import (
     with_origin,
 )
 from .revalidation import CodeChecker
-from .store import Filters, Store
+from .store import Filters, Store, over_stores
 
 if TYPE_CHECKING:
     from feinsum.devices.opencl import DeviceInfo
@@ -115,6 +115,11 @@ class Database:
         self.url: URL = resolve_url(url)
         self.where = display_url(self.url)
         self.readonly = readonly
+        path = sqlite_path(self.url)
+        if path is not None:
+            from .files import check_database_path
+
+            check_database_path(path)
         engine = make_engine(self.url, readonly=readonly)
         try:
             from .store import translate_errors
@@ -127,7 +132,7 @@ class Database:
         self._user = Store(engine, source="user", where=self.where, readonly=readonly)
         self._shipped_spec: ShippedSpec = include_shipped
         self._shipped: Store | None = None
-        self._shipped_count = 0
+        self._shipped_count: int | None = None
         self._shipped_loaded = include_shipped is False
         self._lock = threading.Lock()
         #: verdicts of lazy revalidation not written back (see :mod:`.lazy`)
@@ -153,7 +158,6 @@ class Database:
                     from .shipped import open_shipped, shipped_files
 
                     store = open_shipped(shipped_files(self._shipped_spec))
-                    self._shipped_count = 0 if store is None else store.count()
                     self._shipped = store
                     self._shipped_loaded = True
         return self._shipped
@@ -187,12 +191,14 @@ class Database:
     def revision(self) -> int:
         """A number that changes whenever records are added (or pruned) by any process:
         cache derived answers on it."""
-        self.shipped_store  # noqa: B018 (the shipped records count from the first call on)
+        if self._shipped_count is None:  # the shipped records count from the first call on
+            shipped = self.shipped_store
+            self._shipped_count = 0 if shipped is None else shipped.count()
         return self._user.revision() + self._shipped_count
 
     def count(self, status: str | None = None, *, include_shipped: bool = False) -> int:
         """The number of measurements (with *status*, if given)."""
-        return sum(s.count(status) for s in self._stores(include_shipped))
+        return sum(over_stores(self._stores(include_shipped), lambda s: s.count(status)))
 
     # }}}
 
@@ -211,8 +217,7 @@ class Database:
     def get_roofline(self, info: DeviceInfo) -> dict[str, Any] | None:
         """The device's roofline data (the user's, else the shipped one), or None."""
         key = _device_info(info).key
-        for store in self._stores():
-            data = store.get_roofline(key)
+        for data in over_stores(self._stores(), lambda s: s.get_roofline(key)):
             if data is not None:
                 return json.loads(data)  # type: ignore[no-any-return]
         return None
@@ -252,8 +257,9 @@ class Database:
 
         key = (einsum if isinstance(einsum, str) or einsum is None
                else einsum_identity(einsum).canonical_key)
-        found = [p for store in self._stores() for p in read_peers(store, key,
-                                                                   _device_key(device))]
+        dkey = _device_key(device)
+        found = [p for part in over_stores(self._stores(), lambda s: read_peers(s, key, dkey))
+                 for p in part]
         return sorted(found, key=lambda p: p.seconds)
 
     def measured_params(
@@ -271,12 +277,8 @@ class Database:
         ident = einsum_identity(einsum)
         lk = lengths_key(ident.lengths if lengths is None else lengths)
         dkey = _device_info(device).key
-        out: set[str] = set()
-        for store in self._stores():
-            out |= store.measured_params(
-                ident.canonical_key, dkey, (recipe_name, recipe_version), lk
-            )
-        return out
+        return set().union(*over_stores(self._stores(), lambda s: s.measured_params(
+            ident.canonical_key, dkey, (recipe_name, recipe_version), lk)))
 
     def query(
         self,
@@ -301,6 +303,9 @@ class Database:
         then insertion order, the user's records before shipped ones). See :func:`query`;
         *recipe_versions* may be :func:`feinsum.current_recipes` (records of other versions
         are revalidated first); *include_retired*: also the records revalidation retired."""
+        from feinsum import checks
+
+        limit = checks.optional_count("limit", limit)
         key: str | None
         if einsum is None:
             key = None
@@ -327,12 +332,13 @@ class Database:
                include_shipped: bool) -> list[Record]:
         records: list[Record] = []
         seen: set[str] = set()
-        for store in self._stores(include_shipped):
-            for r in store.query(key, dkey, filters, limit):
+        stores = self._stores(include_shipped)
+        for part in over_stores(stores, lambda s: s.query(key, dkey, filters, limit)):
+            for r in part:
                 if r.uid not in seen:  # the user's copy of a shipped record wins
                     seen.add(r.uid)
                     records.append(r)
-        if len(self._stores(include_shipped)) > 1:
+        if len(stores) > 1:
             records.sort(key=lambda r: (r.rank_key[:4], r.source != "user", r.id))
         return records if limit is None else records[:limit]
 
@@ -373,7 +379,8 @@ class Database:
         with contextlib.ExitStack() as stack:
             conns = [stack.enter_context(st.reading("finding the best record")) for st in stores]
             # (rung, sort key, store index, (einsum id, device id, lengths key), distance)
-            cands: list[tuple[int, tuple[Any, ...], int, tuple[int, int, str], float]] = []
+            Cand = tuple[int, tuple[Any, ...], int, tuple[int, int, str], float]
+            cands: list[Cand] = []
             ems_of: list[dict[int, str] | None] = [None] * len(stores)
 
             def structure_mates(si: int) -> dict[int, str]:
@@ -384,34 +391,42 @@ class Database:
                     )
                 return found
 
-            for si, (store, conn) in enumerate(zip(stores, conns, strict=True)):
+            def near(si: int) -> list[Cand]:
+                """Rungs 0 and 1: this device."""
+                store, conn, out = stores[si], conns[si], list[Cand]()
                 did = store.lookup_id(conn, "device", info.key)
                 if did is None:
-                    continue
+                    return []
                 ems = structure_mates(si)
                 for d, e, lk, mm in store.groups(conn, list(ems), [did], filters):
                     found = json.loads(lk)
                     same = ems[e] == ident.canonical_key
                     if same and _agrees(asked, found):
-                        cands.append((0, (mm,), si, (e, d, lk), 0.0))
+                        out.append((0, (mm,), si, (e, d, lk), 0.0))
                     else:
                         dist = lengths_distance(asked, found)
-                        cands.append((1, (not same, dist, mm), si, (e, d, lk), dist))
+                        out.append((1, (not same, dist, mm), si, (e, d, lk), dist))
+                return out
+
+            def vendor(si: int) -> list[Cand]:
+                """Rung 2: the other devices of this vendor and type."""
+                store, conn, out = stores[si], conns[si], list[Cand]()
+                devices = store.vendor_devices(conn, info.vendor, info.device_type, info.key)
+                if not devices:
+                    return []
+                ems = structure_mates(si)
+                for d, e, lk, mm in store.groups(conn, list(ems), list(devices), filters):
+                    found = json.loads(lk)
+                    same = ems[e] == ident.canonical_key
+                    dist = lengths_distance(asked, found)
+                    other_name = devices[d][1] != info.name
+                    out.append((2, (not same, other_name, dist, mm), si, (e, d, lk), dist))
+                return out
+
+            indices = range(len(stores))
+            cands += [c for part in over_stores(indices, near) for c in part]
             if not cands:
-                for si, (store, conn) in enumerate(zip(stores, conns, strict=True)):
-                    devices = store.vendor_devices(conn, info.vendor, info.device_type,
-                                                   info.key)
-                    if not devices:
-                        continue
-                    ems = structure_mates(si)
-                    for d, e, lk, mm in store.groups(conn, list(ems), list(devices), filters):
-                        found = json.loads(lk)
-                        same = ems[e] == ident.canonical_key
-                        dist = lengths_distance(asked, found)
-                        other_name = devices[d][1] != info.name
-                        cands.append(
-                            (2, (not same, other_name, dist, mm), si, (e, d, lk), dist)
-                        )
+                cands += [c for part in over_stores(indices, vendor) for c in part]
             ordered = sorted(cands, key=lambda c: c[:3])
             i = 0
             while i < len(ordered):
@@ -420,11 +435,13 @@ class Database:
                 j = i + 1
                 while j < len(ordered) and ordered[j][:2] == ordered[i][:2]:
                     j += 1
-                found = []
-                for rung, _, si, (e, d, lk), dist in ordered[i:j]:
+                def fastest(c: Cand) -> Any:
+                    rung, _, si, (e, d, lk), dist = c
                     record = stores[si].fastest(conns[si], e, d, lk, filters)
-                    if record is not None:
-                        found.append((record.rank_key[2:4], si, record.id, rung, dist, record))
+                    return None if record is None else (
+                        record.rank_key[2:4], si, record.id, rung, dist, record)
+
+                found = [f for f in over_stores(ordered[i:j], fastest) if f is not None]
                 if found:
                     *_, rung, dist, record = min(found, key=lambda f: f[:3])
                     return Answer(_RUNG_NAMES[rung], record, ident.canonical_key, asked,
@@ -439,11 +456,13 @@ class Database:
 
         from .models import Einsum
 
-        for store in self._stores():
+        def structure_key(store: Store) -> str | None:
             with store.reading("looking up an einsum") as conn:
-                sk = conn.execute(
+                return conn.execute(  # type: ignore[no-any-return]
                     sa.select(Einsum.structure_key).where(Einsum.canonical_key == einsum)
                 ).scalar()
+
+        for sk in over_stores(self._stores(), structure_key):
             if sk is not None:
                 return EinsumIdentity(canonical_key=einsum, structure_key=sk)
         return EinsumIdentity(canonical_key=einsum, structure_key="")
@@ -459,10 +478,14 @@ class Database:
         device: DeviceLike | str | None = None,
         status: str | Sequence[str] | None = None,
         recipe: str | tuple[str, str] | None = None,
+        compress: bool | None = None,
+        only_if_changed: bool = False,
     ) -> int:
         """Write the user's records (optionally only those on *device*, with *status*, of
-        *recipe*) to a JSON-lines file (gzip if it ends in ``.gz``); returns the number of
-        measurements written. See :mod:`feinsum.database.sharing` for the format."""
+        *recipe*) to a JSON-lines file (gzip if *compress*, by default if it ends in
+        ``.gz``), atomically; *only_if_changed*: leave a file that holds the same records
+        untouched. A file there that is not an export is refused. Returns the number of
+        measurements. See :mod:`feinsum.database.sharing` for the format."""
         import sqlalchemy as sa
 
         from .models import Device, Measurement
@@ -474,7 +497,8 @@ class Database:
             conds.append(
                 Measurement.device_id.in_(sa.select(Device.id).where(Device.key == dkey))
             )
-        return export_file(self._user, path, conds)
+        return export_file(self._user, path, conds, compress=compress,
+                           only_if_changed=only_if_changed)
 
     def import_file(self, path: str | os.PathLike[str]) -> ImportReport:
         """Import a JSON-lines export (checked completely first; one transaction; records

@@ -253,6 +253,14 @@ class RevalidationReport:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ACTIONS, 0))
     reasons: collections.Counter[tuple[str, str, str]] = field(
         default_factory=collections.Counter)
+    #: what became of the database or file, when worth saying
+    note: str = ""
+
+    @property
+    def changed(self) -> bool:
+        """Whether a record was (with *dry_run*: would be) kept under a new version,
+        fingerprinted or retired."""
+        return any(self.counts[a] for a in ("kept", "fingerprinted", "retired"))
 
     def add(self, verdicts: Iterable[Verdict]) -> None:
         for v in verdicts:
@@ -267,7 +275,8 @@ class RevalidationReport:
     def summary(self) -> str:
         """One line per action with records, then the reasons."""
         verb = "would be " if self.dry_run else ""
-        lines = [f"{self.where}: {self.total} records"]
+        lines = [f"{self.where}: {self.total} records"
+                 + (f" ({self.note})" if self.note else "")]
         labels = {
             "current": "current (nothing to do)",
             "kept": f"{verb}kept under the current recipe version (code unchanged)",
@@ -311,4 +320,6 @@ def revalidate_store(store: Store, checker: CodeChecker, *, dry_run: bool = Fals
         report.add(verdicts)
         if progress is not None:
             progress(min(i + chunk, len(records)), len(records))
+    if not dry_run and not report.changed:
+        report.note = "nothing changed: left as it was"
     return report

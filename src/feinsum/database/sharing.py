@@ -31,7 +31,6 @@ merging twice adds nothing (an import never changes a record already present).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import gzip
 import io
@@ -47,6 +46,7 @@ import sqlalchemy as sa
 
 from feinsum.errors import DatabaseError
 
+from .files import EXPORT_FORMAT
 from .models import Configuration, Device, Einsum, Measurement, Recipe, Roofline
 from .peers import PeerRow, check_peer_line, export_peer_lines, insert_peer_rows
 from .records import (
@@ -65,7 +65,7 @@ from .store import Store, device_from_dict
 if TYPE_CHECKING:
     from feinsum.devices.opencl import DeviceInfo
 
-FORMAT = "feinsum-timings"
+FORMAT = EXPORT_FORMAT
 #: The export format version this code writes (and the newest it reads).
 FORMAT_VERSION = 3
 
@@ -188,31 +188,37 @@ def export_lines(store: Store, conds: Sequence[sa.ColumnElement[bool]] = ()) -> 
 
 
 def export_file(store: Store, path: str | os.PathLike[str],
-                conds: Sequence[sa.ColumnElement[bool]] = ()) -> int:
-    """Write an export of *store* to *path* (gzip-compressed when it ends in ``.gz``),
-    atomically: the file appears complete or not at all. Returns the measurement count."""
+                conds: Sequence[sa.ColumnElement[bool]] = (), *,
+                compress: bool | None = None, only_if_changed: bool = False) -> int:
+    """Write an export of *store* to *path* (gzip-compressed when *compress*, by default
+    when its name ends in ``.gz``), atomically: the file appears complete or not at all;
+    *only_if_changed*: not at all when it would hold what it holds. A file there that is
+    not an export (a database, anything else but an empty file) is refused, left as it
+    is. Returns the measurement count."""
+    from .files import describe, file_kind, write_beside
+
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    kind = file_kind(path)
+    if kind not in ("missing", "empty", "export"):
+        raise DatabaseError(f"{path} {describe(kind)}: an export would replace it; write "
+                            "the export to another file")
+    gz = path.name.endswith(".gz") if compress is None else compress
     n = 0
-    try:
-        with _open_write(tmp) as f:
-            for obj in export_lines(store, conds):
-                n += obj["type"] == "measurement"
-                f.write(dumps(obj))
-                f.write("\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise DatabaseError(f"cannot write {path}: {exc}") from exc
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+
+    def write(tmp: Path) -> None:
+        nonlocal n
+        with open(tmp, "wb") as raw:
+            # gzip without a name or time in its header: the same records, the same bytes
+            stream: IO[bytes] = cast(IO[bytes], gzip.GzipFile(
+                filename="", mode="wb", fileobj=raw, mtime=0)) if gz else raw
+            with io.TextIOWrapper(stream, encoding="utf-8", newline="\n") as f:
+                for obj in export_lines(store, conds):
+                    n += obj["type"] == "measurement"
+                    f.write(dumps(obj))
+                    f.write("\n")
+
+    write_beside(path, write, only_if_changed=only_if_changed)
     return n
-
-
-def _open_write(path: Path) -> IO[str]:
-    if path.name.endswith(".gz") or ".gz." in path.name:
-        return io.TextIOWrapper(gzip.open(path, "wb"), encoding="utf-8", newline="\n")
-    return open(path, "w", encoding="utf-8", newline="\n")
 
 
 # }}}
@@ -228,21 +234,10 @@ def _reject_constant(name: str) -> Any:
 def read_file_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for every non-blank line of an export file; a line that is
     not a JSON object, or a last line without its newline, is a :class:`DatabaseError`."""
+    from .files import open_export
+
     path = Path(path)
-    try:
-        raw: IO[bytes]
-        with open(path, "rb") as probe:
-            magic = probe.read(16)
-        if magic.startswith(b"SQLite format 3"):
-            raise DatabaseError(
-                f"{path} is a SQLite database, not a JSON-lines export: merge it "
-                "(`Database.merge(path)`, `python -m feinsum.database merge`) instead"
-            )
-        opener: Any = gzip.open if magic.startswith(b"\x1f\x8b") else open
-        raw = cast(IO[bytes], opener(path, "rb"))
-    except OSError as exc:
-        raise DatabaseError(f"cannot read {path}: {exc}") from exc
-    with raw:
+    with open_export(path) as raw:
         lineno = 0
         try:
             for line in raw:
@@ -571,6 +566,10 @@ def prune_conditions(
     time, with a library older than a version, with a recipe version other than the
     current one, retired), restricted to *status* if given."""
     stale: list[sa.ColumnElement[bool]] = []
+    if isinstance(older_than, _dt.timedelta):
+        from feinsum import checks
+
+        checks.seconds("older_than", older_than.total_seconds())
     if older_than is not None:
         cutoff = (
             _dt.datetime.now(_dt.UTC) - older_than

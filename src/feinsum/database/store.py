@@ -12,7 +12,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -56,6 +56,10 @@ from .statements import (
 
 if TYPE_CHECKING:
     from feinsum.devices.opencl import DeviceInfo
+
+Item = TypeVar("Item")
+Out = TypeVar("Out")
+
 
 def device_values(info: DeviceInfo) -> dict[str, Any]:
     return {
@@ -126,6 +130,25 @@ def translate_errors(where: str, what: str) -> Iterator[None]:
         elif "locked" in text.lower() or "busy" in text.lower():
             hint = " Another process held the database too long; try again."
         raise DatabaseError(f"{what} in {where} failed: {text}.{hint}") from exc
+
+
+def over_stores(stores: Iterable[Item], run: Callable[[Item], Out]) -> list[Out]:
+    """``run(store)`` for every store (or store index), in order. Each store's failure is a
+    :class:`DatabaseError` under that store's name; when several fail, one error says
+    each (a damaged user's database is never blamed on the shipped records, nor the
+    other way round)."""
+    out: list[Out] = []
+    failed: list[DatabaseError] = []
+    for store in stores:
+        try:
+            out.append(run(store))
+        except DatabaseError as exc:
+            failed.append(exc)
+    if len(failed) == 1:
+        raise failed[0]
+    if failed:
+        raise DatabaseError("; ".join(dict.fromkeys(str(e) for e in failed))) from failed[0]
+    return out
 
 
 @dataclass
@@ -207,7 +230,8 @@ class Store:
             params = {"k0": key[0], "k1": key[1]}
         else:
             params = {"k0": sha256(key) if kind == "config" else key}
-        found = conn.execute(LOOKUP[kind], params).scalar()
+        with translate_errors(self.where, f"looking up a {kind}"):
+            found = conn.execute(LOOKUP[kind], params).scalar()
         if found is not None:
             with self._lock:
                 self._ids[(kind, key)] = found
@@ -479,13 +503,16 @@ class Store:
 
     def structure_einsums(self, conn: Connection, structure_key: str) -> dict[int, str]:
         """einsum id -> canonical key of every einsum with this structure key."""
-        return {r[0]: r[1] for r in conn.execute(STRUCTURE, {"sk": structure_key})}
+        with translate_errors(self.where, "finding einsums of the same structure"):
+            return {r[0]: r[1] for r in conn.execute(STRUCTURE, {"sk": structure_key})}
 
     def vendor_devices(self, conn: Connection, vendor: str, device_type: str,
                        exclude_key: str) -> dict[int, tuple[str, str]]:
         """device id -> (key, name) of the other devices of this vendor and type."""
-        rows = conn.execute(VENDOR, {"vendor": vendor, "type": device_type, "key": exclude_key})
-        return {r[0]: (r[1], r[2]) for r in rows}
+        with translate_errors(self.where, "finding devices of the same vendor"):
+            rows = conn.execute(VENDOR, {"vendor": vendor, "type": device_type,
+                                         "key": exclude_key})
+            return {r[0]: (r[1], r[2]) for r in rows}
 
     def groups(
         self, conn: Connection, einsum_ids: Sequence[int], device_ids: Sequence[int],
@@ -494,6 +521,13 @@ class Store:
         """(device id, einsum id, lengths key, fastest minimum time) per group of records."""
         if not einsum_ids or not device_ids:
             return []
+        with translate_errors(self.where, "grouping records"):
+            return self._groups(conn, einsum_ids, device_ids, filters)
+
+    def _groups(
+        self, conn: Connection, einsum_ids: Sequence[int], device_ids: Sequence[int],
+        filters: Filters,
+    ) -> list[tuple[int, int, str, float]]:
         if filters.plain:
             rows = conn.execute(GROUPS, {"eids": list(einsum_ids), "dids": list(device_ids),
                                           "status": filters.status})
@@ -507,6 +541,13 @@ class Store:
         return [(r[0], r[1], r[2], r[3]) for r in rows if r[3] is not None]
 
     def fastest(
+        self, conn: Connection, einsum_id: int, device_id: int, lengths_key: str,
+        filters: Filters,
+    ) -> Record | None:
+        with translate_errors(self.where, "reading the fastest record"):
+            return self._fastest(conn, einsum_id, device_id, lengths_key, filters)
+
+    def _fastest(
         self, conn: Connection, einsum_id: int, device_id: int, lengths_key: str,
         filters: Filters,
     ) -> Record | None:

@@ -47,6 +47,11 @@ class DeviceInfo:
     peak_flops_fp32: float = 0.0
     #: the device model these fields came from ("" for none).
     model: str = ""
+    #: NVIDIA's compute capability as "major.minor" (the driver's
+    #: ``cl_nv_device_attribute_query``; "" elsewhere or unknown).
+    compute_capability: str = ""
+    #: the maximum clock the driver reports, in MHz (0: unknown).
+    clock_mhz: int = 0
 
     @property
     def key(self) -> str:
@@ -170,4 +175,5 @@ MIN_DEFAULT_WORK_ITEMS = 64
 GENERIC_GPU = {"subgroup_width": 32, "registers_per_work_item": 128,
                "registers_per_compute_unit": 32768, "l1_cache_size": 32 << 10}
 _MODEL_FIELDS = ("subgroup_width", "registers_per_work_item", "registers_per_compute_unit",
-                 "l1_cache_size", "fp64_rate", "peak_bandwidth", "peak_flops_fp32", "model")
+                 "l1_cache_size", "fp64_rate", "peak_bandwidth", "peak_flops_fp32", "model",
+                 "compute_capability", "clock_mhz")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from feinsum.devices.info import DeviceInfo
+from feinsum.devices.nvidia import with_family
 from feinsum.errors import DeviceError
 
 KiB, GiB = 1 << 10, 1 << 30
@@ -43,6 +44,7 @@ _NV_COMMON: dict[str, Any] = dict(max_work_group_size=1024, max_work_item_sizes=
                   native_vector_width_float=1, native_vector_width_double=1, has_fp64=True,
                   subgroup_width=32, registers_per_work_item=255,
                   registers_per_compute_unit=65536, fp64_rate=0.5)
+_HOPPER: dict[str, Any] = dict(_NV_COMMON, compute_capability="9.0", clock_mhz=1980)
 _AMD = ("AMD Accelerated Parallel Processing", "OpenCL 2.1 AMD-APP (3614.0)",
         "Advanced Micro Devices, Inc.")
 _AMD_COMMON: dict[str, Any] = dict(max_work_group_size=256, max_work_item_sizes=(1024, 1024, 1024),
@@ -56,7 +58,7 @@ MODELS: dict[str, DeviceModel] = {
     "h100": DeviceModel(
         _gpu(*_NV, "NVIDIA H100 80GB HBM3", "550.54.15", "OpenCL 3.0 CUDA", compute_units=132,
              global_mem_size=80 * GiB, l1_cache_size=256 * KiB, peak_bandwidth=3.35e12,
-             peak_flops_fp32=66.9e12, model="NVIDIA H100 SXM5 80GB", **_NV_COMMON),
+             peak_flops_fp32=66.9e12, model="NVIDIA H100 SXM5 80GB", **_HOPPER),
         ("H100",),
         ("NVIDIA H100 Tensor Core GPU Architecture (whitepaper, 2022): 132 SMs, 65536 "
          "32-bit registers and 256 KB of combined L1/shared memory per SM, 255 registers "
@@ -65,10 +67,45 @@ MODELS: dict[str, DeviceModel] = {
          "3.35 TB/s HBM3",
          "NVIDIA OpenCL driver (clinfo): 48 KiB local memory, work-groups of 1024, vector "
          "widths 1")),
+    # "GH200" contains "H200": the GH200 is listed first and the longest pattern wins
+    "gh200": DeviceModel(
+        _gpu(*_NV, "NVIDIA GH200 480GB", "550.54.15", "OpenCL 3.0 CUDA", compute_units=132,
+             global_mem_size=96 * GiB, l1_cache_size=256 * KiB, peak_bandwidth=4.0e12,
+             peak_flops_fp32=67e12, model="NVIDIA GH200 Grace Hopper Superchip (96 GB HBM3)",
+             **_HOPPER),
+        ("GH200",),
+        ("NVIDIA GH200 Grace Hopper Superchip datasheet: the H100 GPU (132 SMs, FP32 67 "
+         "TFLOPS, FP64 34 TFLOPS) with 96 GB HBM3 at 4 TB/s (the 144 GB HBM3e version: "
+         "4.9 TB/s)",
+         "NVIDIA Grace Hopper Superchip Architecture (whitepaper, 2023): the Hopper SM, as "
+         "H100")),
+    "h200": DeviceModel(
+        _gpu(*_NV, "NVIDIA H200", "580.159.04", "OpenCL 3.0 CUDA", compute_units=132,
+             global_mem_size=150109880320, l1_cache_size=256 * KiB, peak_bandwidth=4.8e12,
+             peak_flops_fp32=66.9e12, model="NVIDIA H200 SXM 141GB", **_HOPPER),
+        ("H200",),
+        ("NVIDIA H200 Tensor Core GPU datasheet: SXM 141 GB HBM3e at 4.8 TB/s, FP32 67 "
+         "TFLOPS, FP64 34 TFLOPS",
+         "NVIDIA H100 Tensor Core GPU Architecture (whitepaper, 2022): the H200 has the "
+         "H100's GPU (132 SMs of the Hopper SM) with more and faster memory",
+         "NVIDIA OpenCL 3.0 driver 580.159 on an H200 (feinsum's first GPU run, "
+         "2026-11-26): 132 compute units, 143155 MiB, 48 KiB local memory, work-groups of "
+         "1024, vector widths 1; roofline measured there: 4.32 TB/s, 62.5 TFLOP/s fp32, "
+         "32.7 fp64")),
+    "h800": DeviceModel(
+        _gpu(*_NV, "NVIDIA H800", "550.54.15", "OpenCL 3.0 CUDA", compute_units=132,
+             global_mem_size=80 * GiB, l1_cache_size=256 * KiB, peak_bandwidth=3.35e12,
+             peak_flops_fp32=66.9e12, model="NVIDIA H800 SXM5 80GB",
+             **{**_HOPPER, "fp64_rate": 1 / 67}),
+        ("H800",),
+        ("NVIDIA H800 Tensor Core GPU datasheet: SXM5 80 GB HBM3 at 3.35 TB/s, FP32 67 "
+         "TFLOPS, FP64 1 TFLOPS (the H100's SM with fp64 cut to 1/67 of fp32)",
+         "NVIDIA H100 Tensor Core GPU Architecture (whitepaper, 2022): the Hopper SM")),
     "a100": DeviceModel(
         _gpu(*_NV, "NVIDIA A100-SXM4-80GB", "550.54.15", "OpenCL 3.0 CUDA", compute_units=108,
              global_mem_size=80 * GiB, l1_cache_size=192 * KiB, peak_bandwidth=2.039e12,
-             peak_flops_fp32=19.5e12, model="NVIDIA A100 SXM4 80GB", **_NV_COMMON),
+             peak_flops_fp32=19.5e12, model="NVIDIA A100 SXM4 80GB", compute_capability="8.0",
+             clock_mhz=1410, **_NV_COMMON),
         ("A100",),
         ("NVIDIA A100 Tensor Core GPU Architecture (whitepaper, 2020): 108 SMs, 65536 "
          "32-bit registers and 192 KB of combined L1/shared memory per SM, 255 registers "
@@ -154,11 +191,21 @@ def get_model(name: str) -> DeviceInfo:
 
 
 def model_for(name: str) -> DeviceModel | None:
-    """The model whose patterns occur in device name *name* (``None``: none)."""
-    for m in MODELS.values():
-        if any(p.lower() in name.lower() for p in m.matches):
-            return m
-    return None
+    """The model whose pattern occurs in device name *name*, the longest such pattern
+    winning ("NVIDIA GH200 480GB" is a GH200, not an H200); ``None``: none."""
+    found = [(len(p), m) for m in MODELS.values() for p in m.matches
+             if p.lower() in name.lower()]
+    return max(found, key=lambda f: f[0])[1] if found else None
+
+
+def model_key(info: DeviceInfo) -> str | None:
+    """The key of :data:`MODELS` describing *info* (a model's info or a real device that
+    matches one by name); ``None``: none."""
+    for key, model in MODELS.items():
+        if model.info is info or (info.model and model.info.model == info.model):
+            return key
+    found = model_for(info.name)
+    return next((k for k, v in MODELS.items() if v is found), None)
 
 
 _MODEL_ONLY = ("subgroup_width", "registers_per_work_item", "registers_per_compute_unit",
@@ -167,11 +214,13 @@ _MODEL_ONLY = ("subgroup_width", "registers_per_work_item", "registers_per_compu
 
 def with_model(info: DeviceInfo) -> DeviceInfo:
     """*info* (a real GPU) with the fields OpenCL does not report taken from the model its
-    name matches; CPUs and unmatched GPUs unchanged (the recipes then assume the generic
-    GPU of :data:`feinsum.devices.info.GENERIC_GPU`). The identity is unchanged."""
+    name matches. An NVIDIA GPU no model matches takes its family's from the compute
+    capability its driver reports (:func:`feinsum.devices.nvidia.with_family`); CPUs and
+    other unmatched GPUs are unchanged (the recipes then assume the generic GPU of
+    :data:`feinsum.devices.info.GENERIC_GPU`). The identity is unchanged."""
     if info.is_cpu or info.model:
         return info
     m = model_for(info.name)
     if m is None:
-        return info
+        return with_family(info)
     return replace(info, **{f: getattr(m.info, f) for f in _MODEL_ONLY})

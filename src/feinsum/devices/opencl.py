@@ -34,6 +34,25 @@ def device_info(device: cl.Device) -> DeviceInfo:
     return with_model(_read_info(device))
 
 
+def _driver_extras(device: cl.Device) -> dict[str, Any]:
+    """What a GPU's driver reports beyond feinsum's identity: the maximum clock and, through
+    ``cl_nv_device_attribute_query``, NVIDIA's compute capability (CPUs: nothing, so their
+    serialised form is unchanged)."""
+    import pyopencl as cl
+
+    if _type_name(device) != "GPU":
+        return {}
+    out: dict[str, Any] = {}
+    try:
+        out["clock_mhz"] = int(device.max_clock_frequency)
+        if "cl_nv_device_attribute_query" in device.extensions:
+            out["compute_capability"] = (f"{int(device.compute_capability_major_nv)}."
+                                         f"{int(device.compute_capability_minor_nv)}")
+    except (cl.Error, AttributeError):  # a driver that lists the extension but fails it
+        pass
+    return out
+
+
 def _read_info(device: cl.Device) -> DeviceInfo:
     return DeviceInfo(
         platform_name=device.platform.name.strip(),
@@ -54,6 +73,7 @@ def _read_info(device: cl.Device) -> DeviceInfo:
         native_vector_width_float=int(device.native_vector_width_float),
         native_vector_width_double=int(device.native_vector_width_double),
         has_fp64="cl_khr_fp64" in device.extensions,
+        **_driver_extras(device),
     )
 
 

@@ -23,8 +23,10 @@ if TYPE_CHECKING:
 PREFERENCE: tuple[str, ...] = (
     "kernel_vec_cpu",  # kernel reductions on CPUs
     "tiled_1d",        # kernel reductions on GPUs
+    "dg_nodes",        # element-batched small operators on GPUs (nodes on the lanes)
     "dg_transposed",   # element-batched small operators, plain layouts
     "dg_operator",     # element-batched small operators, element-blocked layouts
+    "gemm_gpu",        # two-operand contractions on GPUs (CPUs: contraction)
     "elementwise",     # no reduction
     "generic",         # every dense einsum
 )

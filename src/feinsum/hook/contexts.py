@@ -3,7 +3,8 @@
 * :class:`FeinsumPytatoPyOpenCLArrayContext` (lazy): every loopy program pytato makes
   (``actx.compile``, ``actx.freeze``) goes through :func:`feinsum.transform_program`:
   its einsums get their best record (or a recipe's default) and every other statement
-  the default parallel schedule; programs with no einsum get the default schedule too.
+  the default parallel schedule; programs with no einsum get the default schedule too,
+  and so do programs of ``actx.freeze`` (they run once: no einsum is transformed).
 * :class:`FeinsumPyOpenCLArrayContext` (eager): ``actx.einsum`` is specialised to the
   sizes, dtypes and layouts of its arguments (arraycontext would cache one program per
   subscripts and call it with any sizes), transformed, and cached per such signature:
@@ -50,6 +51,14 @@ class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArr
             kwargs.pop("use_memory_pool", None)
             allocator = buffer_pool(queue)
         super().__init__(queue, allocator, *args, **kwargs)
+
+    def _feinsum_runs_once(self, t_unit: Any) -> bool:
+        """Programs of ``actx.compile`` carry arraycontext's ``FromArrayContextCompile`` tag
+        on their entrypoint; the others (``actx.freeze`` of an expression) run once."""
+        from arraycontext.impl.pytato.compile import FromArrayContextCompile
+
+        return not any(t_unit[name].tags_of_type(FromArrayContextCompile)
+                       for name in t_unit.entrypoints)
 
 
 def buffer_pool(queue: Any) -> Any:

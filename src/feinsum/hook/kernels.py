@@ -1,22 +1,26 @@
-"""One kernel of a program through the hook: prepare, match, plan, assemble, check.
+"""One kernel of a program through the hook: prepare, match, plan, assemble.
 
 1. :func:`feinsum.matching.prepare_kernel` rewrites what compilers emit into what the
    matcher reads (exactly: the prepared kernel computes what the kernel did);
 2. :func:`feinsum.matching.survey_einsums` finds the einsums and says why each other
    reduction is not one;
-3. the :class:`~feinsum.hook.planning.Planner` decides each einsum's transformed kernel;
+3. the :class:`~feinsum.hook.planning.Planner` decides each einsum's transformed kernel,
+   or leaves it to the default schedule (too little work, the time budget spent, or the
+   caller's *keep*: see :mod:`feinsum.hook.payoff`);
 4. :func:`feinsum.matching.assemble.assemble` puts them in place and gives every other
    statement the default parallel schedule; a part that cannot be assembled is left out
-   (its statements stay as they were, the report says why);
-5. loopy must schedule the changed kernels (:func:`schedule_problem`, run once for the
-   whole program by :func:`feinsum.transform_program`), else the kernel is kept as it
-   was (:func:`reverted`). A kernel in which nothing is transformed is returned
-   unchanged.
+   (its statements stay as they were, the report says why).
+
+A kernel in which nothing is transformed is returned unchanged (unless *schedule_all*).
+A program that runs once gets the default schedule only (*run_once*: no matching). loopy
+must then run the changed kernels (:mod:`feinsum.hook.check`, once for the whole program,
+by :func:`feinsum.transform_program`), else the kernel is kept as it was
+(:func:`reverted`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -28,29 +32,54 @@ if TYPE_CHECKING:
     from feinsum.matching.assemble import Assembled, Part, Schedule
 
 
+def kernel_names(t_unit: Any) -> list[str]:
+    """The names of the loopy kernels of *t_unit* (not other callables)."""
+    from loopy.kernel.function_interface import CallableKernel
+
+    return [name for name, c in t_unit.callables_table.items()
+            if isinstance(c, CallableKernel)]
+
+
 def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedule,
-                     schedule_all: bool = False
+                     schedule_all: bool = False, *, run_once: bool = False,
+                     keep: Collection[tuple[str, ...]] = ()
                      ) -> tuple[Any, list[GroupReport], KernelReport]:
     """*t_unit* with kernel *name* transformed, the reports of its groups, and its own.
-    *schedule_all*: a kernel without einsums gets the default schedule too."""
+    *schedule_all*: a kernel without einsums gets the default schedule too; *run_once*:
+    only the default schedule, nothing matched; *keep*: the statements (``all_insn_ids``)
+    of groups left to the default schedule whatever they would get."""
     from feinsum.matching.match import survey_einsums
     from feinsum.matching.prepare import prepare_kernel
 
     knl = t_unit[name]
-    try:
-        prepared = prepare_kernel(knl)
-    except Exception as exc:  # a rewrite met a kernel it does not know: match it as it is
-        from feinsum.matching.prepare import Prepared
+    if run_once:
+        with planner.clock("transformation"):
+            new_knl, _, units = _assemble_all(knl, [], schedule)
+        if not units:
+            return t_unit, [], KernelReport(name, "unchanged")
+        return t_unit.with_kernel(new_knl), [], KernelReport(name, "scheduled",
+                                                             scheduled=units)
+    with planner.clock("matching"):
+        try:
+            prepared = prepare_kernel(knl)
+        except Exception as exc:  # a rewrite met a kernel it does not know: match as is
+            from feinsum.matching.prepare import Prepared
 
-        prepared = Prepared(knl, (f"not prepared ({type(exc).__name__}: {exc})",))
-    t_prep = t_unit.with_kernel(prepared.kernel) if prepared.kernel is not knl else t_unit
-    survey = survey_einsums(t_prep, kernel_name=name)
-    fusions = _fusions(prepared.kernel, survey.matches)
-    plans = [planner.plan(m, f) for m, f in zip(survey.matches, fusions, strict=True)]
+            prepared = Prepared(knl, (f"not prepared ({type(exc).__name__}: {exc})",))
+        t_prep = (t_unit.with_kernel(prepared.kernel) if prepared.kernel is not knl
+                  else t_unit)
+        survey = survey_einsums(t_prep, kernel_name=name)
+        fusions = _fusions(prepared.kernel, survey.matches)
+    plans = []
+    for m, fusion in zip(survey.matches, fusions, strict=True):
+        why = ("given back to the default schedule: the transformed program would exceed "
+               "its code budget" if m.all_insn_ids in keep else planner.leave(m))
+        plans.append(planner.left(m, why) if why else planner.plan(m, fusion))
     kreport = KernelReport(name, "unchanged", prepared.changes, survey.rejected)
     if not any(p.part is not None for p in plans) and not schedule_all:
         return t_unit, [p.report for p in plans], kreport
-    new_knl, plans, units = _assemble_all(prepared.kernel, plans, schedule)
+    with planner.clock("transformation"):
+        new_knl, plans, units = _assemble_all(prepared.kernel, plans, schedule)
     parts = [p.part for p in plans if p.part is not None]
     if not parts and not units:
         return t_unit, [p.report for p in plans], kreport
@@ -149,63 +178,6 @@ def _failed(plan: Plan, exc: BaseException) -> Plan:
 
 def _add(note: str, more: str) -> str:
     return f"{note}; {more}" if note else more
-
-
-def _typed_for_check(t_unit: Any) -> Any:
-    """*t_unit* with every type inferred, for scheduling only: the types loopy learns only
-    at the call (a length parameter's, an input's) are taken as int32 and float64, which
-    does not change how it schedules. None if even that leaves types unknown."""
-    import loopy as lp
-    import numpy as np
-    from loopy.types import NumpyType
-
-    try:
-        return lp.infer_unknown_types(t_unit, expect_completion=True)
-    except Exception:  # loopy's inference failing is expected here: fill in and retry
-        pass
-    for clbl in t_unit.callables_table.values():
-        knl = getattr(clbl, "subkernel", None)
-        if knl is None:
-            continue
-        guess = {a.name: (np.int32 if isinstance(a, lp.ValueArg) else np.float64)
-                 for a in knl.args if not isinstance(a.dtype, NumpyType)}
-        if guess:
-            t_unit = t_unit.with_kernel(lp.add_dtypes(knl, guess))
-    try:
-        return lp.infer_unknown_types(t_unit, expect_completion=True)
-    except Exception:  # still unknown: the caller's code generation will check
-        return None
-
-
-def schedule_problem(t_unit: Any, names: Sequence[str]) -> str | None:
-    """Why loopy cannot schedule the kernels *names* of *t_unit* (None: it can). A program
-    whose types loopy cannot infer yet (dtypes given only at the call) is not checked:
-    its caller's code generation will.
-
-    Checked: a schedule exists and passes loopy's pre-codegen checks. Left to the
-    caller's code generation: loopy's check that accesses are ordered, and its on-disk
-    caches (which feinsum's kernels do not hit across processes), the bulk of the time."""
-    import loopy as lp
-    from loopy.check import pre_codegen_callable_checks
-    from loopy.schedule import get_one_linearized_kernel
-
-    typed = _typed_for_check(t_unit)
-    if typed is None:  # types known only at the call: nothing to check here
-        return None
-    try:
-        with lp.CacheMode(False):
-            for name in names:
-                typed = typed.with_kernel(lp.set_options(
-                    typed[name], enforce_variable_access_ordered="no_check"))
-            t = lp.preprocess_program(typed)
-            for name in names:
-                linearized = get_one_linearized_kernel(t[name], t.callables_table)
-                # what code generation checks first (hardware axes every statement uses...)
-                pre_codegen_callable_checks(linearized, t.callables_table)
-    except Exception as exc:  # any loopy failure means: not usable
-        text = str(exc).splitlines()[0] if str(exc) else ""
-        return f"{type(exc).__name__}: {text}"[:300]
-    return None
 
 
 # vim: foldmethod=marker

@@ -5,7 +5,9 @@ A global temporary is allocated at every call of the program (from the context's
 allocator) and written by one launch, read by later ones: what the hook adds to a program
 shows as launches and temporaries the untransformed program did not have.
 :class:`~feinsum.hook.HookReport` holds the :class:`Launches` of the program before and
-after the hook (computed when first asked for: it takes one linearization of each).
+after the hook, computed when first asked for from the linearization the call makes
+(:func:`feinsum.hook.check.linearized`: the transformed program's is in loopy's caches
+once the hook has checked it; the untransformed program's costs one linearization).
 """
 
 from __future__ import annotations
@@ -83,20 +85,17 @@ def _size(nbytes: int | None) -> str:
 def program_launches(t_unit: Any) -> Launches:
     """The launches of every kernel of *t_unit* (see the module docstring); a program
     loopy cannot linearize gets none and a note saying why."""
-    import loopy as lp
     from loopy.kernel.function_interface import CallableKernel
 
-    from feinsum.hook.kernels import _typed_for_check
+    from feinsum.hook.check import linearized
 
-    typed = _typed_for_check(t_unit)
-    if typed is None:
-        return Launches(note="the program's types are only known at the call")
     try:
-        with lp.CacheMode(False):
-            prog = lp.linearize(lp.preprocess_program(typed))
+        prog = linearized(t_unit)
     except Exception as exc:  # any loopy failure: no listing, say why
         return Launches(note=f"loopy cannot linearize it ({type(exc).__name__}: "
                         f"{str(exc).splitlines()[0] if str(exc) else ''})"[:300])
+    if prog is None:
+        return Launches(note="the program's types are only known at the call")
     launches: list[Launch] = []
     temps: dict[str, int | None] = {}
     for name, clbl in prog.callables_table.items():
@@ -158,6 +157,14 @@ class LazyLaunches:
     def __init__(self, before: Any, after: Any) -> None:
         self._programs: tuple[Any, Any] | None = (before, after)
         self._value: tuple[Launches, Launches] | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            return {"programs": self._programs, "value": self._value}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._programs, self._value = state["programs"], state["value"]
         self._lock = threading.Lock()
 
     def get(self) -> tuple[Launches, Launches]:

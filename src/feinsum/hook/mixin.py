@@ -28,8 +28,13 @@ class FeinsumTransformMixin:
     Configure with class attributes or keyword arguments of ``__init__`` (the others go to
     the next class): ``feinsum_device`` (default: the device of ``self.queue`` if there is
     one, else the default device), ``feinsum_db``, ``feinsum_on_miss``, ``feinsum_budget``,
-    ``feinsum_lengths``, ``feinsum_on_busy``, ``feinsum_schedule_all`` — see
-    :func:`feinsum.transform_program`.
+    ``feinsum_lengths``, ``feinsum_on_busy``, ``feinsum_schedule_all``,
+    ``feinsum_transform_once`` — see :func:`feinsum.transform_program`.
+
+    A program the context runs only once (:meth:`_feinsum_runs_once`; arraycontext's
+    ``freeze`` of an expression that was not compiled) gets the default schedule only,
+    unless ``feinsum_transform_once`` is True: transforming its einsums would cost more than
+    it saves.
 
     A program in which feinsum changed nothing goes to the next class's
     ``transform_loopy_program`` (if any); ``feinsum_last_report`` holds the last
@@ -50,19 +55,23 @@ class FeinsumTransformMixin:
     feinsum_on_busy: str = "default"
     #: give kernels without einsums the default parallel schedule too
     feinsum_schedule_all: bool = False
+    #: transform the einsums of programs that run once too
+    feinsum_transform_once: bool = False
     feinsum_last_report: HookReport | None = None
 
     def __init__(self, *args: Any, feinsum_device: Any = _UNSET, feinsum_db: Any = _UNSET,
                  feinsum_on_miss: Any = _UNSET, feinsum_budget: Any = _UNSET,
                  feinsum_lengths: Any = _UNSET, feinsum_on_busy: Any = _UNSET,
-                 feinsum_schedule_all: Any = _UNSET, **kwargs: Any) -> None:
+                 feinsum_schedule_all: Any = _UNSET, feinsum_transform_once: Any = _UNSET,
+                 **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for name, value in (("feinsum_device", feinsum_device), ("feinsum_db", feinsum_db),
                             ("feinsum_on_miss", feinsum_on_miss),
                             ("feinsum_budget", feinsum_budget),
                             ("feinsum_lengths", feinsum_lengths),
                             ("feinsum_on_busy", feinsum_on_busy),
-                            ("feinsum_schedule_all", feinsum_schedule_all)):
+                            ("feinsum_schedule_all", feinsum_schedule_all),
+                            ("feinsum_transform_once", feinsum_transform_once)):
             if value is not _UNSET:
                 setattr(self, name, value)
         _check_pool(self)
@@ -80,11 +89,17 @@ class FeinsumTransformMixin:
                 "lengths": self.feinsum_lengths, "on_busy": self.feinsum_on_busy,
                 "schedule_all": self.feinsum_schedule_all}
 
+    def _feinsum_runs_once(self, t_unit: lp.TranslationUnit) -> bool:
+        """Whether the context will run *t_unit* only once (never, here: contexts that can
+        tell say so)."""
+        return False
+
     def transform_loopy_program(self, t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
         """*t_unit* with its einsums transformed (:func:`feinsum.transform_program`)."""
         from feinsum.hook.program import transform_program
 
-        new, report = transform_program(t_unit, **self._feinsum_options())
+        once = not self.feinsum_transform_once and self._feinsum_runs_once(t_unit)
+        new, report = transform_program(t_unit, **self._feinsum_options(), run_once=once)
         self.feinsum_last_report = report
         if not report.changed:
             parent = getattr(super(), "transform_loopy_program", None)

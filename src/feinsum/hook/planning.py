@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from feinsum.errors import EinsumMatchError, MissingRecordError, RecipeError
-from feinsum.hook.report import GroupReport
+from feinsum.hook.report import Clock, GroupReport
 
 if TYPE_CHECKING:
     from feinsum.database import Answer, Database
@@ -45,6 +45,14 @@ class Options:
     lengths: tuple[tuple[str, int], ...]
     prefer: tuple[str, ...] | None
     wait_timeout: float | None
+
+    def __post_init__(self) -> None:
+        from feinsum import checks
+
+        checks.optional_count("budget", self.budget)
+        checks.optional_seconds("time_limit", self.time_limit)
+        checks.optional_seconds("wait_timeout", self.wait_timeout, zero=True)
+        checks.lengths("lengths", dict(self.lengths))
 
 
 @dataclass(frozen=True)
@@ -96,23 +104,70 @@ class Planner:
     cannot build vector code, the device with vector widths of 1 (*vector_problem* says
     why)."""
 
-    def __init__(self, info: DeviceInfo, dev: Any, db: Database | None, opts: Options,
-                 recipe_path: Any, vector_problem: str | None = None) -> None:
-        from feinsum.recipes import recipes
-        from feinsum.timing.measurement import UNTRANSFORMED
-        from feinsum.tuning.codecheck import CurrentRecipes
-
-        self.info, self.dev, self.db, self.opts = info, dev, db, opts
-        self.vector_problem = vector_problem
+    def __init__(self, info: DeviceInfo, dev: Any, db: Any, opts: Options,
+                 recipe_path: Any, vector_problem: str | None = None,
+                 clock: Clock | None = None, deadline: float | None = None) -> None:
         from feinsum.devices.opencl import scalar_view
 
+        self.info, self.dev, self.opts = info, dev, opts
+        self._db_arg, self._db_open = db, db is False
+        self._db: Database | None = None
+        #: the database's revision when it was opened (None: never opened)
+        self.revision: int | None = None
+        self.recipe_path = recipe_path
+        self.vector_problem = vector_problem
         self.recipe_device = info if vector_problem is None else scalar_view(info)
-        self.recipes: list[Recipe] = recipes(recipe_path)
-        self.by_name = {r.name: r for r in self.recipes}
-        # records of older recipe versions are revalidated before they are replayed
-        self.versions = CurrentRecipes(self.recipes)
-        self.untransformed = UNTRANSFORMED
+        self.scalar_device = scalar_view(info)
+        self._recipes: list[Recipe] | None = None
+        self._versions: Any = None
         self.tuned = False
+        self.clock = Clock() if clock is None else clock
+        #: time.perf_counter() after which groups are left to the default schedule
+        self.deadline = deadline
+        #: per einsum looked up: (the einsum at its lengths, the chosen record's uid or None)
+        self.decisions: list[tuple[BatchedEinsum, str | None]] = []
+        #: per group (its statements): its flops (inf: not known before the call)
+        self.work: dict[tuple[str, ...], float] = {}
+
+    # {{{ what is opened on first use (a program without einsums needs none of it)
+
+    @property
+    def db(self) -> Database | None:
+        """The database (None: none), opened on first use; its revision then is kept."""
+        if not self._db_open:
+            self._db_open = True
+            with self.clock("setup"):
+                from feinsum.database.resolve import optional_database
+
+                self._db = optional_database(self._db_arg)
+                self.revision = None if self._db is None else self._db.revision()
+        return self._db
+
+    @property
+    def recipes(self) -> list[Recipe]:
+        if self._recipes is None:
+            with self.clock("setup"):
+                from feinsum.recipes import recipes
+
+                self._recipes = recipes(self.recipe_path)
+        return self._recipes
+
+    @property
+    def by_name(self) -> dict[str, Recipe]:
+        return {r.name: r for r in self.recipes}
+
+    @property
+    def versions(self) -> Any:
+        """The current recipe versions (records of older ones are revalidated before they
+        are replayed); computed on first use: a program whose einsums are all left to the
+        default schedule never needs them."""
+        if self._versions is None:
+            from feinsum.tuning.codecheck import CurrentRecipes
+
+            self._versions = CurrentRecipes(self.recipes)
+        return self._versions
+
+    # }}}
 
     def best(self, e: BatchedEinsum) -> Answer:
         from feinsum.database import Answer
@@ -120,7 +175,37 @@ class Planner:
 
         if self.db is None:
             return Answer("default", None, canonical_key(e), dict(canonical_lengths(e)))
-        return self.db.best(e, self.info, recipe_versions=self.versions)
+        with self.clock("lookup"):
+            return self.db.best(e, self.info, recipe_versions=self.versions)
+
+    def device_for(self, e: BatchedEinsum) -> DeviceInfo:
+        """What recipes see for *e*: the device, or its scalar view where vector code
+        cannot be built or the einsum is complex (OpenCL has no complex vector types)."""
+        if any(a.dtype.kind == "c" for a in e.arrays):
+            return self.scalar_device
+        return self.recipe_device
+
+    # {{{ what is not planned
+
+    def leave(self, m: Match) -> str | None:
+        """Why group *m* is left to the default schedule without a look-up (None: it is
+        planned): too little work, or the time budget spent (:mod:`feinsum.hook.payoff`)."""
+        import time
+
+        from feinsum.hook.payoff import einsum_flops, too_little_work
+
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            return ("the transformation's time budget is spent: left to the default "
+                    "schedule")
+        flops = einsum_flops(m, self.opts.lengths)
+        self.work[m.all_insn_ids] = float("inf") if flops is None else flops
+        return too_little_work(flops)
+
+    def left(self, m: Match, why: str) -> Plan:
+        """The plan of a group left to the default schedule because *why*."""
+        return Plan(None, replace(_base(m), note=why))
+
+    # }}}
 
     # {{{ one candidate
 
@@ -129,7 +214,8 @@ class Planner:
         key = self._key(m, recipe, params)
         hit = _cached(key)
         if hit is None:
-            hit = self._build(m, recipe, params)
+            with self.clock("transformation"):
+                hit = self._build(m, recipe, params)
             _remember(key, hit)
         return hit if isinstance(hit, str) else replace(hit, match=m)
 
@@ -155,7 +241,8 @@ class Planner:
         key = (*self._key(part.match, recipe, params), spec.key, layouts)
         hit = _cached(key)
         if hit is None:
-            hit = fuse_part(part, fusion)
+            with self.clock("transformation"):
+                hit = fuse_part(part, fusion)
             _remember(key, hit if isinstance(hit, str) else replace(hit, fusion=None))
         return hit if isinstance(hit, str) else replace(hit, match=part.match, fusion=fusion)
 
@@ -163,16 +250,25 @@ class Planner:
         from feinsum.matching.replay import transformed_einsum
 
         try:
-            part = transformed_einsum(m, recipe, params, self.recipe_device)
+            part = transformed_einsum(m, recipe, params, self.device_for(m.canonical))
         except (RecipeError, EinsumMatchError) as exc:
             return str(exc)
+        except Exception as exc:  # a recipe failing inside loopy: this candidate is out
+            return f"{type(exc).__name__}: {exc}"[:300]
         if part.problem is not None:
             return f"loopy cannot schedule it: {part.problem}"
         from feinsum.devices.opencl import has_vector_code
+        from feinsum.hook.payoff import part_too_large
 
+        too_large = part_too_large(part.kernel)
+        if too_large is not None:
+            return too_large
         if self.vector_problem is not None and has_vector_code(part.kernel):
             return (f"it uses vector types, which the device cannot build "
                     f"({self.vector_problem})")
+        if (any(a.dtype.kind == "c" for a in m.canonical.arrays)
+                and has_vector_code(part.kernel)):
+            return "it uses vector types of complex numbers, which OpenCL does not have"
         return part
 
     # }}}
@@ -201,10 +297,7 @@ class Planner:
         e = m.einsum
         fixed = {k: v for k, v in self.opts.lengths if k in e.length_symbols}
         e_at = e.with_lengths(fixed) if fixed else e
-        base = GroupReport(
-            kernel=m.kernel_name, insn_ids=m.all_insn_ids,
-            outputs=tuple(o for row in m.outputs for o in row), einsum=str(e),
-            canonical_key=m.canonical_key, action="skipped", rung="default")
+        base = _base(m)
         answer = self.best(e_at)
         action = "replayed"
         notes: list[str] = []
@@ -221,17 +314,21 @@ class Planner:
 
                 origin = einsum_origin(e, fixed, kernel=m.kernel_name,
                                        statements=m.all_insn_ids)
-                answer, note, tuned_here = self.tune(e_at, m.canonical_key, origin)
+                with self.clock("lookup"):
+                    answer, note, tuned_here = self.tune(e_at, m.canonical_key, origin)
                 notes.append(note)
                 action = "tuned" if tuned_here else "replayed"
         rec = answer.record
+        self.decisions.append((e_at, None if rec is None else rec.uid))
         if not answer.is_default and rec is not None:
             info: dict[str, Any] = {
                 "rung": answer.rung, "recipe": rec.recipe_name,
                 "recipe_version": rec.recipe_version, "params": dict(rec.params),
                 "expected_gflops": rec.gflops, "record_id": rec.uid,
                 "record_lengths": dict(rec.lengths)}
-            if rec.recipe_name == self.untransformed:
+            from feinsum.timing.measurement import UNTRANSFORMED
+
+            if rec.recipe_name == UNTRANSFORMED:
                 return Plan(None, replace(base, action="untransformed", note=_join(notes),
                                           **info))
             recipe = self.by_name.get(rec.recipe_name)
@@ -248,8 +345,8 @@ class Planner:
     def default(self, m: Match, base: GroupReport, notes: list[str]) -> Plan:
         from feinsum.hook.choice import default_choices
 
-        choices, why = default_choices(m.canonical, self.recipe_device, self.recipes,
-                                       self.opts.prefer)
+        choices, why = default_choices(m.canonical, self.device_for(m.canonical),
+                                       self.recipes, self.opts.prefer)
         if not choices:
             notes.append(f"no recipe applies ({why})")
             return Plan(None, replace(base, note=_join(notes)))
@@ -295,6 +392,13 @@ class Planner:
             return self.best(e), "", True
         finally:
             lock.release()
+
+
+def _base(m: Match) -> GroupReport:
+    return GroupReport(
+        kernel=m.kernel_name, insn_ids=m.all_insn_ids,
+        outputs=tuple(o for row in m.outputs for o in row), einsum=str(m.einsum),
+        canonical_key=m.canonical_key, action="skipped", rung="default")
 
 
 def _cl_device(info: DeviceInfo) -> Any:

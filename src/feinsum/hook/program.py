@@ -6,19 +6,26 @@ from __future__ import annotations
 import collections
 import threading
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from feinsum.errors import EinsumMatchError, FeinsumError
+from feinsum.errors import DeviceError, EinsumMatchError, FeinsumError, MissingRecordError
+from feinsum.hook.kernels import kernel_names
 from feinsum.hook.planning import Options
-from feinsum.hook.report import GroupReport, HookReport, KernelReport
+from feinsum.hook.report import Clock, GroupReport, HookReport, HookWarning, KernelReport
 
 if TYPE_CHECKING:
     import loopy as lp
 
     from feinsum.database import Database
     from feinsum.devices.opencl import DeviceInfo
+    from feinsum.hook.planning import Planner
+    from feinsum.hook.store import Entry
+
+__all__ = ["ON_MISS", "clear_cache", "kernel_names", "program_key", "transform_program"]
 
 ON_MISS = ("default", "tune", "skip", "error")
 ON_BUSY = ("default", "wait")
@@ -29,7 +36,7 @@ CACHE_SIZE = 256
 # {{{ device and database
 
 
-_DEVICE_INFO: dict[Any, DeviceInfo] = {}
+_DEVICE_INFO: dict[Any, tuple[DeviceInfo, str | None]] = {}
 
 
 def _device(device: Any) -> tuple[DeviceInfo, Any, str | None]:
@@ -41,10 +48,10 @@ def _device(device: Any) -> tuple[DeviceInfo, Any, str | None]:
     if isinstance(device, DeviceInfo):
         return device, None, None
     dev = get_device(device)
-    info = _DEVICE_INFO.get(dev)
-    if info is None:
-        info = _DEVICE_INFO[dev] = device_info(dev)
-    return info, dev, vector_problem(dev)
+    known = _DEVICE_INFO.get(dev)
+    if known is None:
+        known = _DEVICE_INFO[dev] = (device_info(dev), vector_problem(dev))
+    return known[0], dev, known[1]
 
 
 def _database(db: Any) -> Database | None:
@@ -53,14 +60,26 @@ def _database(db: Any) -> Database | None:
     return optional_database(db)
 
 
+def _database_name(db: Any) -> str:
+    """What names database *db* in cache keys, without opening it."""
+    import os
+
+    if db is False:
+        return "none"
+    if db is None:
+        return f"default {os.environ.get('FEINSUM_DB', '')}"
+    if isinstance(db, (str, os.PathLike)):
+        return str(Path(db).expanduser().absolute()) if "://" not in str(db) else str(db)
+    return str(getattr(db, "where", None) or repr(db))
+
+
 # }}}
 
 
-# {{{ the cache
+# {{{ the caches: this process's, and the persistent one
 
 
-_CACHE: collections.OrderedDict[tuple[Any, ...], tuple[Any, HookReport]] = (
-    collections.OrderedDict())
+_CACHE: collections.OrderedDict[str, Entry] = collections.OrderedDict()
 _CACHE_LOCK = threading.Lock()
 
 
@@ -73,65 +92,77 @@ def program_key(t_unit: lp.TranslationUnit) -> str:
 
 
 def clear_cache() -> None:
-    """Forget every program the hook has seen in this process."""
+    """Forget every program (and device) the hook has seen in this process (the
+    persistent cache is left alone: ``feinsum cache clear`` empties it)."""
     from feinsum.hook.planning import clear_parts
+    from feinsum.hook.store import forget_fingerprints
 
     with _CACHE_LOCK:
         _CACHE.clear()
+        _DEVICE_INFO.clear()
     clear_parts()
+    forget_fingerprints()
 
 
-def _cache_get(key: tuple[Any, ...]) -> tuple[Any, HookReport] | None:
+def _remember(key: str, entry: Entry) -> None:
     with _CACHE_LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None:
-            _CACHE.move_to_end(key)
-        return hit
-
-
-def _cache_put(key: tuple[Any, ...], value: tuple[Any, HookReport]) -> None:
-    with _CACHE_LOCK:
-        _CACHE[key] = value
+        _CACHE[key] = entry
         _CACHE.move_to_end(key)
         while len(_CACHE) > CACHE_SIZE:
             _CACHE.popitem(last=False)
 
 
+def _lookup(key: str, db: Any, info: DeviceInfo, recipe_path: Any
+            ) -> tuple[Entry, str] | None:
+    """The entry under *key* (this process's cache first, then the persistent one) and
+    where it was found, if what decided it still holds."""
+    from feinsum.hook.store import open_cache, safely
+
+    with _CACHE_LOCK:
+        entry = _CACHE.get(key)
+    where = "memory"
+    if entry is None:
+        store = open_cache()
+        entry = safely(store, "get", key)
+        where = "disk"
+        if entry is None:
+            return None
+    fresh = _still_valid(entry, db, info, recipe_path)
+    if fresh is None:
+        return None
+    if fresh is not entry and where == "disk":
+        safely(open_cache(), "put", key, fresh)
+    _remember(key, fresh)
+    return fresh, where
+
+
+def _still_valid(entry: Entry, db: Any, info: DeviceInfo, recipe_path: Any) -> Entry | None:
+    """*entry*, refreshed if the database changed without changing any of its choices;
+    None when a choice changed (see :mod:`feinsum.hook.store`)."""
+    from feinsum.hook.store import database_state
+
+    if db is False:
+        return entry
+    state = database_state(db)
+    if state is not None and state == entry.db_state:
+        return entry
+    database = _database(db)
+    if database is None:
+        return entry
+    revision = database.revision()
+    if revision != entry.db_revision:
+        from feinsum.recipes import recipes
+        from feinsum.tuning.codecheck import CurrentRecipes
+
+        versions = CurrentRecipes(recipes(recipe_path))
+        for e, uid in entry.decisions:
+            answer = database.best(e, info, recipe_versions=versions)
+            if (None if answer.record is None else answer.record.uid) != uid:
+                return None
+    return replace(entry, db_state=state, db_revision=revision)
+
+
 # }}}
-
-
-def _checked(original: Any, t_unit: Any, groups: dict[str, list[GroupReport]],
-             kernels: dict[str, KernelReport]) -> Any:
-    """The transformed program, once loopy can schedule it; a changed kernel it cannot
-    schedule is put back as it was (its reports say why)."""
-    from feinsum.hook.kernels import reverted, schedule_problem
-
-    changed = [n for n, k in kernels.items() if k.action in ("transformed", "scheduled")]
-    if not changed:
-        return original
-    problem = schedule_problem(t_unit, changed)
-    if problem is None:
-        return t_unit
-    for name in changed:
-        own = schedule_problem(original.with_kernel(t_unit[name]), [name])
-        if own is not None:
-            groups[name], kernels[name] = reverted(groups[name], kernels[name], own)
-            t_unit = t_unit.with_kernel(original[name])
-    changed = [n for n, k in kernels.items() if k.action in ("transformed", "scheduled")]
-    problem = schedule_problem(t_unit, changed) if changed else None
-    if problem is None:
-        return t_unit
-    for name in changed:  # only together do they fail: keep none
-        groups[name], kernels[name] = reverted(groups[name], kernels[name], problem)
-    return original
-
-
-def kernel_names(t_unit: Any) -> list[str]:
-    """The names of the loopy kernels of *t_unit* (not other callables)."""
-    from loopy.kernel.function_interface import CallableKernel
-
-    return [name for name, c in t_unit.callables_table.items()
-            if isinstance(c, CallableKernel)]
 
 
 def transform_program(
@@ -149,6 +180,7 @@ def transform_program(
     recipe_path: Any = None,
     cache: bool = True,
     schedule_all: bool = False,
+    run_once: bool = False,
 ) -> tuple[lp.TranslationUnit, HookReport]:
     """Transform every batched einsum and kernel reduction of every kernel of *t_unit* by
     the best configuration the timing database records for it on *device*.
@@ -161,8 +193,16 @@ def transform_program(
     unchanged, retired otherwise), and the record's configuration is replayed. In a kernel
     where an einsum is transformed, every other statement gets the default parallel schedule
     (:mod:`feinsum.hook.schedule`); other kernels are left as they are (*schedule_all*:
-    scheduled too). loopy must schedule every changed kernel (one it cannot is kept as
-    it was); the report says what was done to each group and kernel.
+    scheduled too). A transformation that does not pay is not made
+    (:mod:`feinsum.hook.payoff`: einsums with too little work, code or time over budget).
+    loopy must linearize and generate code for every changed kernel
+    (:mod:`feinsum.hook.check`, done as the call will, so that the call reuses it); one it
+    cannot is given the default schedule only, else kept as it was. The report says what
+    was done to each group and kernel, and how long each phase took.
+
+    Whatever goes wrong inside the hook, the caller gets a program that runs: the
+    untransformed one, with a :class:`~feinsum.hook.report.HookWarning` (only
+    ``on_miss="error"`` and a device that cannot build any kernel raise).
 
     :arg device: a ``pyopencl.Device``, a device string, a
         :class:`~feinsum.devices.info.DeviceInfo` or None (the default device). A device is
@@ -183,8 +223,12 @@ def transform_program(
         the database answers for these lengths, and tuning needs them.
     :arg prefer: recipe names in the order the ``"default"`` rung tries them.
     :arg cache: reuse the answer for a structurally equal program, device, options and
-        database revision (a call then costs a hash and one revision read).
+        code, while the database's choices for it are unchanged: from this process's
+        memory, else from the persistent cache (:mod:`feinsum.hook.store`,
+        ``$FEINSUM_CACHE``); False: neither is read or written.
     :arg schedule_all: give kernels without einsums the default schedule too.
+    :arg run_once: the program runs once (arraycontext's ``freeze``): every kernel gets
+        the default schedule only, no einsum is matched or transformed.
 
     Returns the new translation unit and a :class:`~feinsum.hook.HookReport`.
     """
@@ -206,42 +250,163 @@ def transform_program(
     opts = Options(on_miss, on_busy, budget, time_limit,
                    tuple(sorted((str(k), int(v)) for k, v in (lengths or {}).items())),
                    None if prefer is None else tuple(prefer), wait_timeout)
-    info, dev, vector_problem = _device(device)
-    database = _database(db)
-    where = None if database is None else database.where
-    revision = None if database is None else database.revision()
-    key = (program_key(t_unit), info.key, vector_problem, where, revision, opts,
-           str(recipe_path), schedule_all)
+    clock = Clock()
+    try:
+        return _transform(t_unit, device, db, opts, recipe_path, cache, schedule_all,
+                          run_once, clock, t0)
+    except (MissingRecordError, DeviceError):
+        raise
+    except Exception as exc:  # never worse than the untransformed program: keep it
+        note = (f"the hook failed ({type(exc).__name__}: {str(exc)[:300]}); the program "
+                "is left as it was")
+        warnings.warn(f"feinsum: {note}", HookWarning, stacklevel=2)
+        names = kernel_names(t_unit)
+        return t_unit, HookReport(device=str(device), database=None, note=note,
+                                  kernels=tuple(names), seconds=time.perf_counter() - t0,
+                                  kernel_reports=tuple(KernelReport(n, "unchanged")
+                                                       for n in names),
+                                  timings=clock.as_dict())
+
+
+def _transform(t_unit: Any, device: Any, db: Any, opts: Options, recipe_path: Any,
+               cache: bool, schedule_all: bool, run_once: bool, clock: Clock, t0: float
+               ) -> tuple[Any, HookReport]:
+    from feinsum.hook.store import Entry, code_fingerprint, entry_key, recipe_directories
+
+    with clock("setup"):
+        info, dev, vector_problem = _device(device)
     if cache:
-        hit = _cache_get(key)
-        if hit is not None:
-            return hit[0], replace(hit[1], cached=True, seconds=time.perf_counter() - t0)
+        with clock("cache"):
+            key = entry_key(program_key(t_unit), repr(info), vector_problem,
+                            code_fingerprint(recipe_directories(recipe_path)), opts,
+                            str(recipe_path), schedule_all, run_once, _database_name(db))
+            found = _lookup(key, db, info, recipe_path)
+        if found is not None:
+            entry, where = found
+            return entry.t_unit, replace(entry.report, cached=True, cache=where,
+                                         seconds=time.perf_counter() - t0,
+                                         timings=clock.as_dict())
+    with clock("setup"):
+        from feinsum.hook.planning import Planner
+        from feinsum.hook.store import database_state
 
-    from feinsum.hook.kernels import transform_kernel
-    from feinsum.hook.planning import Planner
-    from feinsum.hook.schedule import default_schedule
-
-    planner = Planner(info, dev, database, opts, recipe_path, vector_problem)
-    schedule = default_schedule(planner.recipe_device)
-    names = kernel_names(t_unit)
-    original = t_unit
-    groups: dict[str, list[GroupReport]] = {}
-    kernels: dict[str, KernelReport] = {}
-    for name in names:
-        t_unit, groups[name], kernels[name] = transform_kernel(
-            t_unit, name, planner, schedule, schedule_all)
-    t_unit = _checked(original, t_unit, groups, kernels)
+        state = database_state(db)  # before any decision: a record added meanwhile shows
+        planner = Planner(info, dev, db, opts, recipe_path, vector_problem, clock)
+    new, report = _transformed(t_unit, planner, schedule_all, run_once)
     note = "" if vector_problem is None else (
         f"the device cannot build vector code ({vector_problem}): scalar code only")
-    from feinsum.hook.launches import LazyLaunches
-
-    report = HookReport(device=info.name, database=where,
-                        groups=tuple(g for name in names for g in groups[name]),
-                        seconds=time.perf_counter() - t0, kernels=tuple(names),
-                        kernel_reports=tuple(kernels[name] for name in names), note=note,
-                        programs=LazyLaunches(original, t_unit))
+    opened = planner.db if planner.revision is not None else None
+    report = replace(report, device=info.name,
+                     database=(opened.where if opened is not None
+                               else None if db is False else _database_name(db)),
+                     note="; ".join(n for n in (note, report.note) if n))
     if cache:
-        _cache_put(key, (t_unit, report))
-        if planner.tuned and database is not None:
-            _cache_put((*key[:4], database.revision(), *key[5:]), (t_unit, report))
+        with clock("cache"):
+            from feinsum.hook.store import open_cache, safely
+
+            entry = Entry(new, report, state, planner.revision, tuple(planner.decisions),
+                          info)
+            _remember(key, entry)
+            safely(open_cache(), "put", key, entry)
+    return new, replace(report, seconds=time.perf_counter() - t0, timings=clock.as_dict())
+
+
+def _transformed(original: Any, planner: Planner, schedule_all: bool, run_once: bool
+                 ) -> tuple[Any, HookReport]:
+    """The program transformed (within its budgets) and checked, and its report."""
+    from feinsum.hook.kernels import transform_kernel
+    from feinsum.hook.launches import LazyLaunches
+    from feinsum.hook.payoff import code_budget, program_size, time_budget
+    from feinsum.hook.schedule import DefaultSchedule
+
+    clock = planner.clock
+    schedule = DefaultSchedule(planner.info, clock)
+    names = kernel_names(original)
+    before = program_size(original, names)
+    planner.deadline = time.perf_counter() + time_budget(before)
+    keep: dict[str, set[tuple[str, ...]]] = {n: set() for n in names}
+    groups: dict[str, list[GroupReport]] = {}
+    kernels: dict[str, KernelReport] = {}
+    t_unit = original
+
+    def kernel(t: Any, name: str) -> Any:
+        t, groups[name], kernels[name] = transform_kernel(
+            t, name, planner, schedule, schedule_all or run_once, run_once=run_once,
+            keep=keep[name])
+        return t
+
+    for name in names:
+        t_unit = kernel(t_unit, name)
+    note = ""
+    while True:  # the code budget: the einsums with the least work go back first
+        changed = [n for n in names if kernels[n].action in ("transformed", "scheduled")]
+        transformed = [(planner.work.get(g.insn_ids, float("inf")), n, g.insn_ids)
+                       for n in names for g in groups[n] if g.transformed]
+        limit = code_budget(program_size(original, changed), len(transformed))
+        size = program_size(t_unit, changed)
+        if size.unrolled <= limit or not transformed:
+            break
+        _, name, ids = min(transformed)
+        keep[name].add(ids)
+        note = (f"the transformed program exceeded its code budget ({size.unrolled:,} "
+                f"statements once unrolled, at most {limit:,}): einsums given back to the "
+                "default schedule")
+        t_unit = kernel(t_unit.with_kernel(original[name]), name)
+
+    def default_only(name: str) -> Any:
+        t, _, kreport = transform_kernel(original, name, planner, schedule, True,
+                                         run_once=True)
+        return t[name] if kreport.action == "scheduled" else None
+
+    with clock("checks"):
+        t_unit = _checked(original, t_unit, groups, kernels, default_only)
+    changed = [n for n in names if kernels[n].action in ("transformed", "scheduled")]
+    report = HookReport(
+        device=planner.info.name, database=None,
+        groups=tuple(g for name in names for g in groups[name]),
+        kernels=tuple(names), kernel_reports=tuple(kernels[name] for name in names),
+        note=note, mode="schedule" if run_once else "transform",
+        programs=LazyLaunches(original, t_unit),
+        before=program_size(original, changed).as_dict() if changed else {},
+        after=program_size(t_unit, changed).as_dict() if changed else {})
     return t_unit, report
+
+
+def _checked(original: Any, t_unit: Any, groups: dict[str, list[GroupReport]],
+             kernels: dict[str, KernelReport], default_only: Any) -> Any:
+    """The transformed program, once loopy can run it (:mod:`feinsum.hook.check`); a
+    changed kernel it cannot run gets the default schedule only, else is put back as it
+    was (its reports say why)."""
+    from feinsum.hook.check import program_problem
+    from feinsum.hook.kernels import reverted
+
+    def changed() -> list[str]:
+        return [n for n, k in kernels.items() if k.action in ("transformed", "scheduled")]
+
+    if not changed():
+        return original
+    problem = program_problem(t_unit)
+    if problem is None:
+        return t_unit
+    names = changed()
+    own = {n: problem for n in names} if len(names) == 1 else {
+        n: program_problem(original.with_kernel(t_unit[n])) for n in names}
+    failing = [n for n in names if own[n] is not None] or names
+    for name in failing:
+        why = own[name] or problem
+        had_parts = kernels[name].action == "transformed"
+        groups[name], kernels[name] = reverted(groups[name], kernels[name], why)
+        t_unit = t_unit.with_kernel(original[name])
+        alt = default_only(name) if had_parts else None
+        if alt is not None and program_problem(t_unit.with_kernel(alt)) is None:
+            t_unit = t_unit.with_kernel(alt)
+            kernels[name] = replace(kernels[name], action="scheduled", note=(
+                f"{kernels[name].note}; the other statements keep the default schedule"))
+    if changed() and program_problem(t_unit) is not None:  # only together do they fail
+        for name in changed():
+            groups[name], kernels[name] = reverted(groups[name], kernels[name], problem)
+        return original
+    return t_unit
+
+
+# vim: foldmethod=marker

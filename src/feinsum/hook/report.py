@@ -1,8 +1,11 @@
-"""What :func:`feinsum.transform_program` did, per statement group: frozen dataclasses."""
+"""What :func:`feinsum.transform_program` did, per statement group: frozen dataclasses, and
+the clock that times its phases."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -88,15 +91,35 @@ class KernelReport:
         return d
 
 
+class HookWarning(UserWarning):
+    """The hook could not transform a program and left it as it was (the warning says
+    why)."""
+
+
+#: The phases of :func:`feinsum.transform_program` that ``HookReport.timings`` times.
+PHASES = ("cache", "setup", "matching", "lookup", "transformation", "scheduling", "checks")
+
+
 @dataclass(frozen=True)
 class HookReport:
-    """The groups found in every kernel, in program order; ``cached``: this answer came from
-    the hook's cache (the program, device and database revision were seen before).
+    """The groups found in every kernel, in program order.
+
+    ``cached``: this answer came from one of the hook's caches, ``cache`` says which
+    (``"memory"``: this process saw the program before; ``"disk"``: the persistent cache of
+    transformed programs; None: transformed now). ``timings``: seconds per phase of this
+    call (:data:`PHASES`: looking up and writing the caches; opening the device, the
+    database and the recipes; matching; database lookups; building and assembling the
+    transformed einsums; the default schedule of the other statements; the whole-program
+    check, loopy's linearization and code generation, which the call then reuses).
+    ``mode``: ``"transform"``, or ``"schedule"`` for a program that runs once (only the
+    default schedule). ``before``/``after``: the size of the changed kernels (statements,
+    statements once unrolled, global barriers) untransformed and as returned.
 
     :attr:`launches` and :attr:`untransformed_launches` list the device kernels of the
     program after and before the hook (:mod:`feinsum.hook.launches`: launch grids, the
     global temporaries each writes and their bytes), so that what the hook added shows;
-    they are computed when first asked for (a linearization of each program)."""
+    they are computed when first asked for (a linearization of each program).
+    """
 
     device: str
     database: str | None
@@ -106,6 +129,11 @@ class HookReport:
     kernels: tuple[str, ...] = field(default=())
     kernel_reports: tuple[KernelReport, ...] = field(default=())
     note: str = ""
+    cache: str | None = None
+    timings: Mapping[str, float] = field(default_factory=dict)
+    mode: str = "transform"
+    before: Mapping[str, int] = field(default_factory=dict)
+    after: Mapping[str, int] = field(default_factory=dict)
     programs: LazyLaunches | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -131,8 +159,10 @@ class HookReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {"device": self.device, "database": self.database, "cached": self.cached,
-                "note": self.note,
-                "seconds": self.seconds, "kernels": list(self.kernels),
+                "cache": self.cache, "note": self.note, "mode": self.mode,
+                "seconds": self.seconds, "timings": dict(self.timings),
+                "before": dict(self.before), "after": dict(self.after),
+                "kernels": list(self.kernels),
                 "groups": [g.as_dict() for g in self.groups],
                 "kernel_reports": [k.as_dict() for k in self.kernel_reports],
                 "launches": None if self.launches is None else self.launches.as_dict(),
@@ -142,8 +172,16 @@ class HookReport:
     def __str__(self) -> str:
         head = (f"feinsum hook on {self.device}: {len(self.groups)} einsum groups in "
                 f"{len(self.kernels)} kernels, {self.transformed} transformed"
-                + (" (cached)" if self.cached else ""))
+                + (f" (from the {self.cache} cache)" if self.cached and self.cache
+                   else " (cached)" if self.cached else "")
+                + (" [runs once: default schedule only]" if self.mode == "schedule" else ""))
         lines = [head] + ([f"  {self.note}"] if self.note else [])
+        if self.timings:
+            lines.append(f"  {self.seconds:.3f} s: " + ", ".join(
+                f"{k} {v:.3f}" for k, v in self.timings.items() if v >= 0.0005))
+        if self.before and self.after:
+            lines.append("  size: " + ", ".join(
+                f"{k} {self.before.get(k, 0)} -> {self.after.get(k, 0)}" for k in self.after))
         for g in self.groups:
             what = g.action if g.recipe is None else f"{g.action} {g.recipe}"
             speed = "" if g.expected_gflops is None else f", ~{g.expected_gflops:.3g} GFLOP/s"
@@ -173,3 +211,32 @@ class HookReport:
         lines += after.lines() + ([f"    [{after.note}]"] if after.note else [])
         lines += ["  untransformed:", *before.lines()]
         return lines + ([f"    [{before.note}]"] if before.note else [])
+
+
+class Clock:
+    """Seconds per phase (:data:`PHASES`); phases nest: an inner phase's time is not
+    counted in the outer one."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self._stack: list[str] = []
+        self._since = time.perf_counter()
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        self._switch()
+        self._stack.append(phase)
+        try:
+            yield
+        finally:
+            self._switch()
+            self._stack.pop()
+
+    def _switch(self) -> None:
+        now = time.perf_counter()
+        if self._stack:
+            self.seconds[self._stack[-1]] += now - self._since
+        self._since = now
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: round(v, 6) for k, v in self.seconds.items()}

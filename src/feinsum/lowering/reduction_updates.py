@@ -13,11 +13,16 @@ time into accumulators they declare themselves:
 * :func:`enable_vector_calls` lets loopy vectorize OpenCL's elementwise math builtins
   (``exp``, ``sqrt``...) over a ``vec`` iname: OpenCL overloads them for vector types,
   but loopy 2025.2 refuses every call under ``vec`` and silently falls back to
-  per-lane scalar code.
+  per-lane scalar code;
+* :data:`MATH_MODES` are the ``exp``/``log`` flavours the templates offer (the recipes'
+  ``math`` parameter): :func:`rewrite_math` rewrites a value's ``exp``/``log`` calls,
+  :class:`Updater` uses the mode's functions in its log-sum-exp updates, and
+  :func:`register_math` tells loopy the OpenCL built-ins a mode calls.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +35,7 @@ from feinsum.spec.model import INDEX_REDUCTIONS
 ELEMENTWISE_FUNCTIONS = frozenset({
     "exp", "log", "sqrt", "rsqrt", "fabs", "abs", "sin", "cos", "tan", "tanh", "sinh", "cosh",
     "log1p", "expm1", "erf", "floor", "ceil", "fmin", "fmax", "exp2", "log2", "pow",
+    "native_exp", "native_exp2", "native_log", "native_log2",
 })
 
 
@@ -56,6 +62,95 @@ def enable_vector_calls() -> None:
 
     map_call._feinsum = True  # type: ignore[attr-defined]
     checker.map_call = map_call  # type: ignore[method-assign]
+
+
+# }}}
+
+
+# {{{ exp/log flavours
+
+#: The ``exp``/``log`` flavours of the kernel-reduction templates (the ``math`` parameter):
+#: ``accurate``: ``exp``, ``log`` (OpenCL's full-profile accuracy, <= 3 ulp);
+#: ``native``: ``native_exp``, ``native_log`` (the hardware's approximations);
+#: ``exp2``: ``exp(a*x)`` as ``exp2((a*log2 e)*x)`` with the loop-invariant factors of the
+#: argument folded into one constant, log-sum-exp kept in base 2;
+#: ``native_exp2``: the same with ``native_exp2``/``native_log2``. Native flavours are
+#: float32 only (OpenCL has no double ``native_*``).
+MATH_MODES = ("accurate", "native", "exp2", "native_exp2")
+LOG2E, LN2 = math.log2(math.e), math.log(2.0)
+
+_EXP = {"accurate": "exp", "native": "native_exp", "exp2": "exp2",
+        "native_exp2": "native_exp2"}
+_LOG = {"accurate": "log", "native": "native_log", "exp2": "log2",
+        "native_exp2": "native_log2"}
+#: What each mode may call beyond loopy's OpenCL functions (registered by register_math).
+_CALLS = {"accurate": (), "native": ("native_exp", "native_log"), "exp2": ("exp2", "log2"),
+          "native_exp2": ("native_exp2", "native_log2", "native_log")}
+
+
+def is_base2(mode: str) -> bool:
+    """Whether *mode* evaluates exponentials in base 2 (log-sum-exp pairs in base-2 units)."""
+    return mode in ("exp2", "native_exp2")
+
+
+def register_math(t_unit: Any, mode: str) -> Any:
+    """*t_unit* with the OpenCL built-ins of *mode* that loopy does not know registered."""
+    from loopy.transform.callable import register_callable
+
+    from feinsum.lowering.loopy_ops import MathCallable
+
+    if mode not in MATH_MODES:
+        raise ValueError(f"unknown math mode {mode!r}; one of {MATH_MODES}")
+    for name in _CALLS[mode]:
+        t_unit = register_callable(t_unit, name, MathCallable(name))
+    return t_unit
+
+
+def _flat_factors(expr: Any) -> list[Any]:
+    if isinstance(expr, prim.Product):
+        return [f for c in expr.children for f in _flat_factors(c)]
+    return [expr]
+
+
+def rewrite_math(expr: Any, mode: str, dtype: np.dtype[Any], invariant: Any) -> Any:
+    """*expr* with its ``exp``/``log`` calls in the flavour *mode* (:data:`MATH_MODES`).
+    Base-2 flavours fold ``log2 e`` and the factors of an ``exp`` argument for which
+    ``invariant(factor)`` holds (loop-invariant: parameters, numbers) into one product
+    written first, which compilers hoist out of the loop: ``exp(-d*g)`` becomes
+    ``exp2((-1.4427*g)*d)``, one multiplication per term."""
+    from loopy.symbolic import IdentityMapper
+
+    if mode == "accurate":
+        return expr
+    log2e = dtype.type(LOG2E)
+    exp_name = _EXP[mode]
+    log_name = "log" if mode == "exp2" else "native_log"
+
+    class M(IdentityMapper):  # type: ignore[misc]
+        def map_call(self, expr: prim.Call) -> Any:
+            params = tuple(self.rec(p) for p in expr.parameters)
+            name = getattr(expr.function, "name", None)
+            if name == "exp" and len(params) == 1:
+                (arg,) = params
+                if is_base2(mode):
+                    fs = _flat_factors(arg)
+                    number = log2e
+                    inv, rest = [], []
+                    for f in fs:
+                        if isinstance(f, (int, float, np.number)):
+                            number = dtype.type(number * f)
+                        elif invariant(f):
+                            inv.append(f)
+                        else:
+                            rest.append(f)
+                    head: Any = prim.Product((number, *inv)) if inv else number
+                    arg = prim.Product((head, *rest)) if rest else head
+                return prim.Call(prim.Variable(exp_name), (arg,))
+            if name == "log" and len(params) == 1:
+                return prim.Call(prim.Variable(log_name), params)
+            return prim.Call(expr.function, params)
+
+    return M()(expr)
 
 
 # }}}
@@ -93,11 +188,17 @@ class Updater:
     logsumexp: the scaled sum). ``acc_ref``/``aux_ref`` are the accesses
     (``acc[3, ii]``), ``value`` the expression of the new term, ``index`` its reduction
     index (an expression, for argmin/argmax). All selects are written so that vector
-    accumulators work.
+    accumulators work. ``math`` (:data:`MATH_MODES`) is the flavour of log-sum-exp's
+    ``exp``/``log``; the base-2 ones keep the pair in base-2 units (``acc`` the maximum of
+    ``value * log2 e``), which :meth:`result` converts back.
     """
 
     kind: str
     dtype: np.dtype[Any]
+    math: str = "accurate"
+    #: the accumulators are scalars: in-order updates may use logical operators, and take
+    #: fewer comparisons and selects (no nested selects a compiler turns into branches)
+    scalar: bool = False
 
     @property
     def index_dtype(self) -> np.dtype[Any]:
@@ -124,13 +225,23 @@ class Updater:
         return out
 
     def update(self, acc: Any, aux: Any, value: Any, index: Any = None,
-               *, ordered: bool = True) -> list[tuple[Any, Any]]:
+               *, ordered: bool = True, scratch: Any = None) -> list[tuple[Any, Any]]:
         """(assignee, expression) pairs folding ``value`` into the accumulator, in order
         (each reads the accumulators as left by the previous one). ``ordered``: terms
-        arrive in increasing index order (else argmin/argmax compare indices on ties)."""
+        arrive in increasing index order (else argmin/argmax compare indices on ties).
+        ``scratch``: a temporary of the value dtype where the scalar log-sum-exp update
+        keeps the difference to the running maximum (computed once, read four times)."""
         k = self.kind
         if k == "sum":
             return [(acc, prim.Sum((acc, value)))]
+        if self.scalar and ordered and k in ("min", "max", *INDEX_REDUCTIONS):
+            # take the term when it beats acc or is NaN, unless acc is NaN already (the
+            # first NaN wins): !(v >= acc) && acc == acc, for min
+            worse = ">=" if k in ("min", "argmin") else "<="
+            take = prim.LogicalAnd((prim.LogicalNot(prim.Comparison(value, worse, acc)),
+                                    prim.Comparison(acc, "==", acc)))
+            index_upd = [(aux, prim.If(take, index, aux))] if k in INDEX_REDUCTIONS else []
+            return [*index_upd, (acc, prim.If(take, value, acc))]
         if k in ("min", "max"):
             return [(acc, select_better(value, acc, "<" if k == "min" else ">"))]
         if k in INDEX_REDUCTIONS:
@@ -158,12 +269,31 @@ class Updater:
             # acc = running max m, aux = sum of exp(v - m); one exp per term:
             # d = v - m; t = exp(-|d|); d > 0: s = s*t + 1, m = v; d <= 0: s += t;
             # d NaN (v NaN, or both infinite of one sign): s unchanged, m = NaN if v is.
+            raw = value
+            if is_base2(self.math):
+                value = prim.Product((self.dtype.type(LOG2E), value))
             d = prim.Sum((value, prim.Product((-1, acc))))
-            t = prim.Call(prim.Variable("exp"),
+            t = prim.Call(prim.Variable(_EXP[self.math]),
                           (prim.Product((-1, prim.Call(prim.Variable("fabs"), (d,)))),))
             pos = prim.Comparison(d, ">", 0)
             nonpos = prim.Comparison(d, "<=", 0)
             one = self.dtype.type(1)
+            if self.scalar:
+                # s = (d > 0 ? s : 1) * t' + (d > 0 ? 1 : s), t' = exp(-inf) = 0 where d is
+                # NaN (the select on the argument: the exp is not skipped by a branch)
+                first = [] if scratch is None else [(scratch, d)]
+                if scratch is not None:
+                    d, pos = scratch, prim.Comparison(scratch, ">", 0)
+                tt = prim.Call(t.function, (prim.If(
+                    prim.Comparison(d, "!=", d), self.dtype.type(-np.inf),
+                    prim.Product((-1, prim.Call(prim.Variable("fabs"), (d,))))),))
+                return [
+                    *first,
+                    (aux, prim.Sum((prim.Product((prim.If(pos, aux, one), tt)),
+                                    prim.If(pos, one, aux)))),
+                    (acc, prim.If(prim.LogicalOr((pos, prim.Comparison(raw, "!=", raw))),
+                                  value, acc)),
+                ]
             return [
                 (aux, prim.If(pos, prim.Sum((prim.Product((aux, t)), one)),
                               prim.If(nonpos, prim.Sum((aux, t)), aux))),
@@ -191,7 +321,8 @@ class Updater:
 
         def scaled(s: Any, m: Any) -> Any:
             return prim.If(prim.Comparison(s, "==", 0), s, prim.Product((
-                s, prim.Call(prim.Variable("exp"), (prim.Sum((m, prim.Product((-1, mx)))),)))))
+                s, prim.Call(prim.Variable(_EXP[self.math]),
+                             (prim.Sum((m, prim.Product((-1, mx)))),)))))
 
         return [
             (aux, prim.If(nan, aux, prim.If(inf, prim.Sum((aux, aux2)),
@@ -202,7 +333,9 @@ class Updater:
     def result(self, acc: Any, aux: Any) -> Any:
         """The reduced value from the accumulator."""
         if self.kind == "logsumexp":
-            return prim.Sum((acc, prim.Call(prim.Variable("log"), (aux,))))
+            total = prim.Sum((acc, prim.Call(prim.Variable(_LOG[self.math]), (aux,))))
+            return prim.Product((self.dtype.type(LN2), total)) if is_base2(
+                self.math) else total
         return acc
 
 

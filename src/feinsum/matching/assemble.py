@@ -11,10 +11,15 @@ the kernel a recipe made of its canonical form) and returns one kernel in which
 * every other statement, temporary and substitution rule of the user's kernel is kept;
   loops and temporaries only the matched statements used go;
 * the statements are ordered by their dependencies, as *units*: each part is one, and
-  consecutive other statements with the same loops form one. A global barrier separates
-  two units when either runs on hardware axes, so each runs as a device kernel with its
-  own grid; *schedule* (if given) gives every unit of other statements a parallel
-  schedule of its own (the hook's default one, :mod:`feinsum.hook.schedule`).
+  consecutive other statements with the same loops form one (a part's own include the
+  elementwise statements fused into it, :mod:`feinsum.matching.fusion`). A global
+  barrier separates two units when either runs on hardware axes, so each runs as a
+  device kernel with its own grid; *schedule* (if given) gives every unit of other
+  statements a parallel schedule of its own (the hook's default one,
+  :mod:`feinsum.hook.schedule`): planned per unit, applied to the kernel in one pass.
+  With a schedule, units whose work-groups touch only their own entries share a launch
+  (:mod:`feinsum.matching.merge`), and the global temporaries that then live inside one
+  launch move to local or private memory (:mod:`feinsum.matching.demote`).
 
 The result computes what the user's kernel did (up to the einsums' floating-point
 reassociation); a kernel that cannot be assembled so raises
@@ -25,9 +30,9 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pymbolic.primitives as prim
@@ -40,8 +45,26 @@ if TYPE_CHECKING:
     from feinsum.matching.fusion import Fusion
     from feinsum.matching.model import Match
 
-#: ``schedule(kernel, statement_ids) -> kernel``: a parallel schedule for one unit.
-Schedule = Callable[[Any, frozenset[str]], Any]
+
+class Schedule(Protocol):
+    """A parallel schedule for the units of other statements: ``plan(kernel, statement_ids,
+    memo, hint)`` for each unit (None: leave it; *memo* is shared by the units of one
+    kernel; *hint*: the blocks of the nearest transformed einsum, see
+    :func:`feinsum.matching.merge.chunk_hint`, or None), then ``apply(kernel, plans)``
+    once. A plan whose ``chunked`` is true follows the hint (:func:`~feinsum.matching.
+    merge.schedule_rest` plans it again without one where it cannot share the einsum's
+    launch). ``local_memory`` and ``private_memory``: the bytes per work-group (per
+    work-item) that launch-internal temporaries may take (:mod:`feinsum.matching.demote`)."""
+
+    local_memory: int
+    private_memory: int
+
+    def plan(self, knl: Any, insn_ids: frozenset[str], memo: dict[str, Any],
+             hint: Any = None) -> Any | None:
+        ...
+
+    def apply(self, knl: Any, plans: Sequence[Any]) -> Any:
+        ...
 
 
 @dataclass(frozen=True)
@@ -513,8 +536,7 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
         from feinsum.matching.demote import demote
 
         knl, _ = demote(knl.copy(instructions=result), unit_ids, first,
-                        int(getattr(schedule, "local_memory", 0)),
-                        int(getattr(schedule, "private_memory", 0)))
+                        schedule.local_memory, schedule.private_memory)
         result = list(knl.instructions)
     return Assembled(knl.copy(instructions=result), scheduled, tuple(first))
 

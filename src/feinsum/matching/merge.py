@@ -50,7 +50,7 @@ class Unit:
 # {{{ access maps
 
 
-def _hw(knl: Any, iname: str, kind: type) -> int | None:
+def _hw(knl: Any, iname: str, kind: Any) -> int | None:
     for t in knl.inames[iname].tags:
         if isinstance(t, kind):
             return int(t.axis)
@@ -346,34 +346,46 @@ def _block(m: Any, axis: int) -> int | None:
 
 def schedule_rest(knl: Any, keys: Sequence[Any], unit_ids: Sequence[frozenset[str]],
                   schedule: Any) -> tuple[Any, int]:
-    """*knl* with *schedule* applied to every unit of other statements (*keys*: the units'
-    ``("part", k)`` / ``("rest", loops)`` keys) that runs on no hardware axis yet, and how
-    many: each with the blocks of the nearest transformed einsum (before it, else after)
-    where the schedule has ``chunked(kernel, statement_ids, hint)`` and it gives them."""
+    """*knl* with *schedule* (:class:`~feinsum.matching.assemble.Schedule`) applied to
+    every unit of other statements (*keys*: the units' ``("part", k)`` / ``("rest",
+    loops)`` keys) that runs on no hardware axis yet, and how many: planned per unit, each
+    with the blocks of the nearest transformed einsum (before it, else after) as a hint,
+    and applied in one pass. A unit cut into an einsum's blocks that then cannot share its
+    launch is planned again without them (a second pass, only then)."""
     from loopy.kernel.data import HardwareConcurrentTag
 
-    def has_hw_axes(knl: Any, unit: Iterable[str]) -> bool:
+    def has_hw_axes(unit: Iterable[str]) -> bool:
         return any(isinstance(t, HardwareConcurrentTag) for i in unit
                    for n in knl.id_to_insn[i].within_inames for t in knl.inames[n].tags)
 
     kinds = [key[0] for key in keys]
-    done = 0
-    chunked = getattr(schedule, "chunked", None)
+    hints: dict[int, Any] = {}
+    memo: dict[str, Any] = {}
+    plans: dict[int, Any] = {}
+    near: dict[int, int] = {}
     for k, (key, unit) in enumerate(zip(keys, unit_ids, strict=True)):
-        if key[0] != "rest" or not key[1] or has_hw_axes(knl, unit):
+        if key[0] != "rest" or not key[1] or has_hw_axes(unit):
             continue
-        hint, near = None, None
-        if chunked is not None:
-            for j in [*range(k - 1, -1, -1), *range(k + 1, len(kinds))]:
-                if kinds[j] == "part":
-                    hint, near = chunk_hint(knl, sorted(unit_ids[j])), j
-                    break
-        new = chunked(knl, unit, hint) if hint is not None and chunked is not None else None
-        if new is not None and near is not None and not _joins(new, unit_ids, near, k):
-            new = None  # it could not share the einsum's launch: the default is better
-        knl = new if new is not None else schedule(knl, unit)
-        done += 1
-    return knl, done
+        j = next((j for j in [*range(k - 1, -1, -1), *range(k + 1, len(kinds))]
+                  if kinds[j] == "part"), None)
+        if j is not None and j not in hints:
+            hints[j] = chunk_hint(knl, sorted(unit_ids[j]))
+        plan = schedule.plan(knl, unit, memo, None if j is None else hints[j])
+        if plan is not None:
+            plans[k] = plan
+            if getattr(plan, "chunked", False) and j is not None:
+                near[k] = j
+    new = schedule.apply(knl, list(plans.values()))
+    apart = [k for k, j in near.items() if not _joins(new, unit_ids, j, k)]
+    if apart:  # the einsum's blocks did not let them share its launch: the default
+        for k in apart:
+            plan = schedule.plan(knl, unit_ids[k], memo)
+            if plan is None:
+                del plans[k]
+            else:
+                plans[k] = plan
+        new = schedule.apply(knl, list(plans.values()))
+    return new, len(plans)
 
 
 def _joins(knl: Any, unit_ids: Sequence[frozenset[str]], part: int, rest: int) -> bool:

@@ -9,6 +9,7 @@ and the configuration, with the original error chained.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 from collections.abc import Callable, Mapping
@@ -67,14 +68,24 @@ _NOT_CODEGEN = ("feinsum.recipes", "feinsum.errors", "feinsum.database", "feinsu
 
 
 def _feinsum_imports(path: Path) -> set[str]:
-    """feinsum modules a Python file imports anywhere (read with ast, never executed)."""
+    """feinsum modules a Python file imports anywhere (read with ast, never executed;
+    remembered per file, size and time: every recipe imports the same toolbox)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return set()
+    return set(_imports_of(path, st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=1024)
+def _imports_of(path: Path, size: int, mtime_ns: int) -> frozenset[str]:
     import ast
 
     names: set[str] = set()
     try:
         tree = ast.parse(path.read_text(), str(path))
     except (OSError, SyntaxError, ValueError):
-        return names
+        return frozenset()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names if a.name.startswith("feinsum."))
@@ -84,7 +95,7 @@ def _feinsum_imports(path: Path) -> set[str]:
             names.update(f"{node.module}.{a.name}" for a in node.names)
             if node.module != "feinsum":
                 names.add(node.module)
-    return {n for n in names if not n.startswith(_NOT_CODEGEN)}
+    return frozenset(n for n in names if not n.startswith(_NOT_CODEGEN))
 
 
 def code_dependencies(path: Path) -> dict[str, Path]:
@@ -137,6 +148,11 @@ class Recipe:
         computed on the host (launch tables of block-sparse recipes); *arrays* maps the
         spec's array names to the user's arrays.
     :arg description: one paragraph for ``feinsum recipes``.
+    :arg upgrade: optional ``upgrade(params) -> dict``: a configuration of an earlier
+        version of the recipe (recorded before a parameter was added) in today's
+        parameters, applied before every check; written so that the upgraded
+        configuration generates the code the old one did, which keeps the records of
+        older versions through revalidation.
     """
 
     def __init__(
@@ -152,6 +168,7 @@ class Recipe:
         prepare: Callable[[BatchedEinsum, Mapping[str, Any], Config], dict[str, Any]]
         | None = None,
         description: str = "",
+        upgrade: Callable[[Config], Config] | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.isidentifier():
             raise RecipeError(f"a recipe name must be an identifier, got {name!r}")
@@ -167,6 +184,7 @@ class Recipe:
         self._apply = apply
         self._build_options = build_options or standard_build_options
         self._prepare = prepare
+        self._upgrade = upgrade
         #: the file the recipe was loaded from (set by the loader)
         self.path: Path | None = None
         self._version: str | None = None
@@ -257,7 +275,13 @@ class Recipe:
 
     def check(self, params: Mapping[str, Any], e: BatchedEinsum, device: Any = None) -> Config:
         """The validated configuration, or :class:`InvalidConfigurationError` naming the
-        violated constraint / unknown, missing or out-of-range parameter."""
+        violated constraint / unknown, missing or out-of-range parameter. A configuration
+        of an earlier version is upgraded first (the recipe's ``upgrade``)."""
+        if self._upgrade is not None:
+            try:
+                params = self._upgrade(dict(params))
+            except Exception as exc:
+                raise self._fail("upgrade()", exc, params) from exc
         return self.space(e, device).validate(params, f"recipe {self.name!r}: configuration")
 
     def default(self, e: BatchedEinsum, device: Any = None) -> Config:

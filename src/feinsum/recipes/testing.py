@@ -100,16 +100,17 @@ def sample_lengths(e: BatchedEinsum, rng: np.random.Generator, count: int = 2
 
 def check_random_configurations(
     recipe: Recipe, specs: Sequence[BatchedEinsum], queue: Any, n: int = 20, seed: int = 0,
-    lengths_per_build: int = 2, include_default: bool = True,
+    lengths_per_build: int = 2, include_default: bool = True, device: Any = None,
 ) -> list[Case]:
     """Check *n* random valid configurations (seeded), spread round-robin over *specs*
     (canonicalised here; give long axes as symbols so one build serves several lengths),
-    each run at *lengths_per_build* random odd lengths. Returns every case; the failing
-    ones have an :attr:`Case.error`."""
+    each run at *lengths_per_build* random odd lengths. *device* (default: the queue's)
+    is the device the configurations are for, e.g. a GPU's model whose code runs on the
+    queue's CPU. Returns every case; the failing ones have an :attr:`Case.error`."""
     from feinsum.spec.canonical import canonicalize
 
     rng = np.random.default_rng(seed)
-    device = as_device_info(queue.device)
+    device = as_device_info(queue.device if device is None else device)
     canon = [canonicalize(s) for s in specs]
     picks: dict[int, list[Config]] = {k: [] for k in range(len(canon))}
     for k in itertools.islice(itertools.cycle(range(len(canon))), n):
@@ -123,7 +124,7 @@ def check_random_configurations(
             configs[0] = recipe.default(e, device)
         for params in configs:
             lengths = sample_lengths(e, rng, lengths_per_build)
-            err = check_configuration(recipe, e, params, lengths, queue, seed)
+            err = check_configuration(recipe, e, params, lengths, queue, seed, device=device)
             cases.append(Case(e, dict(params), lengths, err))
     return cases
 

@@ -21,7 +21,12 @@ from typing import Any
 import pymbolic.primitives as prim
 
 from feinsum.errors import SpecificationError
-from feinsum.lowering.reduction_updates import Updater, enable_vector_calls
+from feinsum.lowering.reduction_updates import (
+    Updater,
+    enable_vector_calls,
+    register_math,
+    rewrite_math,
+)
 from feinsum.reductions.analysis import (
     Form,
     RowTerm,
@@ -177,7 +182,7 @@ def template_kernel(e: BatchedEinsum, domains: list[str], insns: list[Any], temp
 
 
 def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
-               nsplit: int = 1, tile: int = 1) -> Any:
+               nsplit: int = 1, tile: int = 1, math: str = "accurate") -> Any:
     """The CPU vector-layout kernel (``transforms/kernel_vec_cpu.py``): each work-item owns
     ``U`` vectors of ``V`` consecutive output rows, i-variables packed into private
     vectors (rows past the end repeat the last row and are not stored), j-variables
@@ -197,6 +202,9 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
     partial accumulators to a global ``(terms, M, nsplit)`` buffer; after a global
     barrier, a second device kernel combines them (:meth:`Updater.combine`) and writes
     the outputs.
+
+    ``math``: the ``exp``/``log`` flavour
+    (:data:`feinsum.lowering.reduction_updates.MATH_MODES`).
     """
     import loopy as lp
 
@@ -206,7 +214,7 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
         raise SpecificationError(
             "a block-sparse reduction cannot also be split over j (nsplit > 1)")
     form = template_form(e, block_sparse=block_sparse)
-    upd = Updater(e.reduction, form.dtype)
+    upd = Updater(e.reduction, form.dtype, math)
     ii, io = var("ii"), var("io")
     tiled = split and tile > 1
     if tiled:
@@ -269,7 +277,10 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
                     depends_on=frozenset(setup)))
                 pack_ids.append(pid)
 
-    terms = row_terms(form)
+    variant = {form.i, form.j, *i_names, *(a.name for a in form.j_arrays)}
+    terms = [RowTerm(t.row, t.short, tuple(
+        rewrite_math(f, math, form.dtype, lambda x: not depends_on(x, variant))
+        for f in t.factors)) for t in row_terms(form)]
     nt = len(terms)
     temps.append(lp.TemporaryVariable("acc", form.dtype, shape=(U, nt, V), dim_tags=_VEC3))
     if upd.needs_aux:
@@ -406,9 +417,10 @@ def vec_kernel(e: BatchedEinsum, V: int, U: int, *, block_sparse: bool = False,
     tags = {"io": "g.0", "ii": "vec", "is": "unr"}
     if split:
         tags.update({"jb": "g.1", "r2": "g.0"})
-    return template_kernel(e, domains, insns, temps, tags, extra_args=extra, silenced=[
-        "vectorize_failed", "read_no_write(*)", "v1_scheduler_fallback", "unused_inames",
-        "write_race(store_*)", "iname-order"])
+    return register_math(template_kernel(
+        e, domains, insns, temps, tags, extra_args=extra, silenced=[
+            "vectorize_failed", "read_no_write(*)", "v1_scheduler_fallback", "unused_inames",
+            "write_race(store_*)", "iname-order"]), math)
 
 
 # }}}

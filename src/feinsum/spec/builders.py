@@ -136,6 +136,9 @@ def batched_einsum(
     """
     if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
         raise SpecificationError("rows must be a non-empty list of rows of operands")
+    from feinsum.checks import MAX_ROWS, count
+
+    count("rows", len(rows), maximum=MAX_ROWS)
     if not isinstance(rows[0], Sequence) or isinstance(rows[0], str):
         raise SpecificationError(f"row 0 must be a list of operands, got {rows[0]!r}")
     width = len(rows[0])

@@ -192,8 +192,10 @@ class WorkerPool:
     def __init__(self, device: DeviceInfo, size: int | None = None, *,
                  exclusive_timing: bool | None = None, roofline: Roofline | None = None,
                  timing_lock: Any = None, die_with_parent: bool = True) -> None:
+        from feinsum.checks import processes
+
         self.device = device
-        self.size = size or max(1, min(4, os.cpu_count() or 1))
+        self.size = processes("size", size) or max(1, min(4, os.cpu_count() or 1))
         self.exclusive = device.is_cpu if exclusive_timing is None else exclusive_timing
         self.roofline = roofline
         self.timing_lock = timing_lock

@@ -34,7 +34,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import feinsum.reductions  # noqa: F401  (registers the block-sparse lowering)
-from feinsum.errors import InvalidConfigurationError, RecipeFailure, TuningError
+from feinsum.errors import (
+    ArgumentError,
+    InvalidConfigurationError,
+    RecipeFailure,
+    TuningError,
+)
 from feinsum.lowering.validation import (
     compare,
     random_inputs,
@@ -103,6 +108,24 @@ class MeasureOptions:
     race: float = 2.0
     #: seed of the random inputs
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        from feinsum import checks
+
+        for name in ("min_samples", "max_samples", "small_length"):
+            checks.count(name, getattr(self, name))
+        checks.count("warmup", self.warmup, minimum=0)
+        checks.seed("seed", self.seed)
+        for name in ("max_time", "build_timeout", "run_timeout"):
+            checks.seconds(name, getattr(self, name))
+        checks.seconds("min_time", self.min_time, zero=True)
+        for name in ("spread_limit", "race"):
+            checks.number(name, getattr(self, name))
+        if self.rtol is not None:
+            checks.number("rtol", self.rtol)
+        if self.max_samples < self.min_samples:
+            raise ArgumentError(f"max_samples ({self.max_samples}) must be at least "
+                                f"min_samples ({self.min_samples})")
 
     def with_overrides(self, **kwargs: Any) -> MeasureOptions:
         unknown = set(kwargs) - set(self.__dataclass_fields__)

@@ -239,7 +239,7 @@ def subscript(name: str, *idx: Any) -> Any:
 def element_kernel(
     t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[Stage], *,
     vec: int, work_items: int, acc: Sequence[int], rows_per_pass: int, unroll: int,
-    local_operator: bool,
+    local_operator: bool, flat_copy: bool = False,
 ) -> lp.TranslationUnit:
     """The per-element program of element-batched *e* (see the module docstring).
 
@@ -250,6 +250,9 @@ def element_kernel(
     :arg rows_per_pass: rows sharing the loops of each stage.
     :arg unroll: reduction loops of at most this length are unrolled.
     :arg local_operator: stage element-independent operands in local memory.
+    :arg flat_copy: stage them with one flat index split over all the work-items
+        (:func:`flat_local_copy`; GPUs); else spread over their first index only (what
+        runs on CPUs, where a work-group's items run in turn anyway).
     """
     knl = kernel_of(t_unit)
     el = element_index(e)
@@ -313,6 +316,11 @@ def element_kernel(
                     within_inames=frozenset({"eb", "lane", *(v.name for v in names.values())})))
             elif el not in idx and local_operator and key not in staged and rest:
                 name = staged[key] = f"l{len(staged)}"
+                if flat_copy and work_items > 1:
+                    temp(name, shape, dt, lp.AddressSpace.LOCAL)
+                    insns.append(flat_local_copy(name, f"op{c}_r{r}", shape, bounds))
+                    spread.append(f"f_{name}")
+                    continue
                 names = loops(rest, name)
                 if work_items > 1:
                     spread.append(names[rest[0]].name)
@@ -402,11 +410,28 @@ def element_kernel(
     # }}}
 
 
-def rewritten_kernel(knl: lp.LoopKernel, domain: str, insns: Sequence[Any],
+def flat_local_copy(name: str, rule: str, shape: Sequence[int], bounds: dict[str, Any]
+                    ) -> lp.Assignment:
+    """Copy a C-order operand of *shape* (read through *rule*) into the local array *name*
+    of the same shape, over one flat index ``f_{name}`` (added to *bounds*) that the caller
+    splits over the work-items: consecutive work-items read consecutive addresses (the
+    flat offset on the operand's last index reaches the entries that follow)."""
+    f = prim.Variable(f"f_{name}")
+    bounds[f.name] = math.prod(shape)
+    strides = [math.prod(shape[k + 1:]) for k in range(len(shape))]
+    where = [f if st == 1 and not k else prim.Remainder(f, n) if st == 1
+             else prim.FloorDiv(f, st) if not k else prim.Remainder(prim.FloorDiv(f, st), n)
+             for k, (st, n) in enumerate(zip(strides, shape, strict=True))]
+    return lp.Assignment(subscript(name, *where),
+                         prim.Variable(rule)(*([0] * (len(shape) - 1)), f),
+                         id=f"copy_{name}", within_inames=frozenset({f.name}))
+
+
+def rewritten_kernel(knl: lp.LoopKernel, domain: str | Sequence[str], insns: Sequence[Any],
                      temps: Sequence[Any]) -> lp.TranslationUnit:
     """A new kernel in place of the reference kernel *knl*: its name, target, arguments and
-    operand substitution rules (the normalised form), with *domain*, *insns* and the
-    temporaries *temps*; dependencies are the ones the statements give."""
+    operand substitution rules (the normalised form), with *domain* (or several), *insns*
+    and the temporaries *temps*; dependencies are the ones the statements give."""
     data: list[Any] = [*knl.args, *temps]
     return lp.make_kernel(
         domain, [*knl.substitutions.values(), *insns], data, name=knl.name,

@@ -115,7 +115,7 @@ def accumulator_vectors(e: BatchedEinsum, vec: int, elements: int) -> int:
 
 def transposed_kernel(
     t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[Stage], *, vec: int,
-    work_items: int, elements: int, blocks: int, unroll: int,
+    work_items: int, elements: int, blocks: int, unroll: int, flat_copy: bool = False,
 ) -> lp.TranslationUnit:
     """The per-element program of *e* with the output's last index as vector lanes (see
     the module docstring; :func:`transposed_reason` must hold).
@@ -125,6 +125,10 @@ def transposed_kernel(
     :arg elements: elements per work-item and block (independent accumulators).
     :arg blocks: blocks each work-item computes one after the other.
     :arg unroll: reduction loops of at most this length are unrolled.
+    :arg flat_copy: stage the operators with one flat index (over the operand's entries in
+        its own order, the vector lanes unrolled) split over all the work-items, so that
+        consecutive work-items read consecutive addresses (GPUs); else spread over their
+        first index only (CPUs, where a work-group's items run in turn anyway).
     """
     knl = kernel_of(t_unit)
     el = element_index(e)
@@ -143,6 +147,7 @@ def transposed_kernel(
     temps: list[Any] = []
     insns: list[Any] = []
     spread: list[str] = []
+    joined: dict[str, list[str]] = {}
     priorities: list[list[str]] = []
 
     def temp(name: str, shape: tuple[int, ...], dtype: Any, space: Any,
@@ -190,6 +195,8 @@ def transposed_kernel(
                 id=f"stage_{name}",
                 within_inames=frozenset({iv, lane.name, *(v.name for v in names.values())})))
             spread.append(names[rest[0]].name if rest else iv)
+            if flat_copy:  # the operand's own index order, the lanes' block for a
+                joined[name] = [iv if i == a else names[i].name for i in idx]
 
     # }}}
 
@@ -285,9 +292,11 @@ def transposed_kernel(
     domain = f"[{nsym}] -> {{[{', '.join(inames)}]: {' and '.join(cons)}}}"
     new = rewritten_kernel(knl, domain, insns, temps)
     new = lp.tag_inames(new, tags)
-    for first in spread:
-        if work_items > 1:
-            new = lp.split_iname(new, first, work_items, inner_tag="l.0")
+    for name, order in joined.items() if work_items > 1 else ():
+        new = lp.join_inames(new, order, new_iname=f"f_{name}")
+        new = lp.split_iname(new, f"f_{name}", work_items, inner_tag="l.0")
+    for first in spread if work_items > 1 and not joined else ():
+        new = lp.split_iname(new, first, work_items, inner_tag="l.0")
     if work_items > 1:
         new = lp.split_iname(new, "eb", work_items, outer_iname="eb_o", inner_iname="eb_l",
                              inner_tag="l.0")

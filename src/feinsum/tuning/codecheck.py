@@ -104,7 +104,9 @@ class CurrentRecipes(Mapping[str, str]):
         self._versions = {name: r.version for name, r in self._recipes.items()}
         self._versions[UNTRANSFORMED] = untransformed_version()
         self._loopy = loopy_version()
-        self.jobs = max(1, int(jobs))
+        from feinsum.checks import processes
+
+        self.jobs = processes("jobs", jobs) or 1
 
     # {{{ the mapping and the checker's properties
 
@@ -251,10 +253,13 @@ def revalidate(db: DatabaseLike = None, *, recipe_path: Any = None, dry_run: boo
     """Revalidate every record of *db* against the current recipes and loopy: keep the
     records whose code is unchanged under the current recipe versions, retire the others,
     fingerprint the records measured before fingerprints (see ``docs/database.rst``).
+    Nothing is written when nothing changes.
 
-    :arg db: a :class:`~feinsum.database.Database`, a path, an SQLAlchemy URL, or None
-        (the default database); only its own records are revalidated (not the shipped
-        ones, which are read-only).
+    :arg db: a :class:`~feinsum.database.Database`, a path (of a database, or of a
+        JSON-lines export: :func:`revalidate_file`), an SQLAlchemy URL, or None (the
+        default database); only its own records are revalidated (not the shipped ones,
+        which are read-only). A path to an empty or foreign file is refused (left as it
+        is).
     :arg dry_run: decide and count, change nothing.
     :arg adopt: also fingerprint records measured before fingerprints at older recipe
         versions, with the code the current version generates (trusting, without proof,
@@ -264,10 +269,17 @@ def revalidate(db: DatabaseLike = None, *, recipe_path: Any = None, dry_run: boo
     :arg progress: called with (records done, records) as revalidation goes.
     """
     from feinsum.database import resolve_database
+    from feinsum.database.engine import resolve_url, sqlite_path
+    from feinsum.database.files import revalidation_target
     from feinsum.database.revalidation import revalidate_store
 
     checker = CurrentRecipes(recipe_path=recipe_path,
                              jobs=default_jobs() if jobs is None else jobs)
+    path = sqlite_path(resolve_url(db)) if isinstance(db, (str, os.PathLike)) else None
+    if path is not None and revalidation_target(path) == "export":
+        return revalidate_file(path, recipe_path=recipe_path, dry_run=dry_run, adopt=adopt,
+                               everything=everything, jobs=checker.jobs,
+                               progress=progress)
     database = resolve_database(db)
     return revalidate_store(database.user_store, checker, dry_run=dry_run,
                             adopt=adopt, everything=everything, progress=progress)
@@ -279,25 +291,33 @@ def revalidate_file(path: str | os.PathLike[str], *, recipe_path: Any = None,
                     progress: Callable[[int, int], None] | None = None
                     ) -> RevalidationReport:
     """:func:`revalidate` the records of a JSON-lines export (the shipped ``db/*.jsonl``)
-    and write it back in place (the same bytes when nothing changed; the newest export
-    format), unless *dry_run*."""
+    and write it back in place, unless *dry_run*: only when a record changed, atomically
+    (written beside it, then renamed over it), compressed as it was, in the newest export
+    format. A file that is not an export is refused (left as it is)."""
     import tempfile
     from pathlib import Path
 
     from feinsum.database import open_database
+    from feinsum.database.files import is_gzip, revalidation_target
     from feinsum.database.revalidation import revalidate_store
+    from feinsum.errors import DatabaseError
 
     checker = CurrentRecipes(recipe_path=recipe_path,
                              jobs=default_jobs() if jobs is None else jobs)
+    path = Path(path)
+    if revalidation_target(path) != "export":
+        raise DatabaseError(f"{path} is a SQLite database, not an export: revalidate it with "
+                            "revalidate(path)")
+    gz = is_gzip(path)
     with tempfile.TemporaryDirectory(prefix="feinsum-revalidate-") as tmp, \
             open_database(Path(tmp) / "records.sqlite", include_shipped=False) as db:
         db.import_file(path)
         report = revalidate_store(db.user_store, checker, dry_run=dry_run,
                                   adopt=adopt, everything=everything, progress=progress)
         report.where = str(path)
-        if not dry_run:
-            db.export(path)
+        if not dry_run and report.changed:
+            inode = path.stat().st_ino
+            db.export(path, compress=gz, only_if_changed=True)
+            if path.stat().st_ino != inode:  # renamed over it
+                report.note = "rewritten in place"
     return report
-
-
-# vim: foldmethod=marker

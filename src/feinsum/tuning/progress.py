@@ -117,6 +117,9 @@ def result_table(result: TuningResult) -> Any:
         g = result.flops / s / 1e9 if result.flops and s > 0 else None
         t.add_row(name + " (peer)", "", "", f"{s * 1e3:.3f}", "-" if g is None else f"{g:.2f}",
                   "", ratio(base, s), ratio(peer_s, s), "host wall time")
+    if result.roofline is not None and result.roofline.problems:
+        t.caption = ("roofline suspicious (`feinsum devices --roofline` measures it again): "
+                     + "; ".join(result.roofline.problems))
     return t
 
 

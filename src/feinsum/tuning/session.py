@@ -27,6 +27,7 @@ from feinsum.timing.measurement import (
     TimingStats,
     random_inputs,
 )
+from feinsum.tuning.ranking import Predicted, pool_size, predictor_for
 from feinsum.tuning.strategies import (
     STRATEGIES,
     Strategy,
@@ -295,8 +296,10 @@ def autotune(
         measured again).
     :arg recipes: recipes (objects or names) to consider; default: every recipe on
         *recipe_path*, ``FEINSUM_RECIPE_PATH`` and the shipped ones that applies.
-    :arg strategy: ``"exhaustive"``, ``"random"``, ``"model"`` (optuna TPE) or ``"auto"``
-        (exhaustive for small spaces, else model-based).
+    :arg strategy: ``"exhaustive"``, ``"random"``, ``"model"`` (optuna TPE),
+        ``"predicted"`` (the performance model's order, :mod:`feinsum.tuning.ranking`) or
+        ``"auto"``: predicted on a GPU the performance model describes, else exhaustive for
+        small spaces and model-based for the others.
     :arg budget: evaluations in all (shared by the recipes, records already in the
         database for this einsum, lengths, device and recipe versions included);
         default :data:`DEFAULT_BUDGET`, or every configuration with ``"exhaustive"``.
@@ -317,23 +320,32 @@ def autotune(
     :arg options: :class:`~feinsum.timing.measurement.MeasureOptions` fields (``min_samples``,
         ``min_time``, ``build_timeout``, ``run_timeout``, ``validate_full``, ...).
     """
+    from feinsum import checks
     from feinsum.database.resolve import optional_database
     from feinsum.devices.opencl import device_info, get_device
     from feinsum.timing.roofline import measure_roofline
     from feinsum.tuning.codecheck import default_jobs
     from feinsum.tuning.peers import time_peers
 
-    if strategy != "auto" and strategy not in STRATEGIES:
-        raise TuningError(f"unknown strategy {strategy!r}; one of auto, "
+    if strategy not in ("auto", "predicted") and strategy not in STRATEGIES:
+        raise TuningError(f"unknown strategy {strategy!r}; one of auto, predicted, "
                           f"{', '.join(STRATEGIES)}")
-    if budget is not None and budget < 1:
-        raise TuningError(f"budget must be at least 1, got {budget}")
+    budget = checks.optional_count("budget", budget)
+    time_limit = checks.optional_seconds("time_limit", time_limit)
+    workers = checks.processes("workers", workers)
+    seed = checks.seed("seed", seed)
+    lengths = checks.lengths("lengths", lengths)
     t_start = time.monotonic()
     dev = get_device(device)
     info = device_info(dev)
     store = optional_database(db)
     opts = MeasureOptions().with_overrides(**options)
     target = Target.make(einsum, lengths)
+    if target.nbytes > info.global_mem_size > 0:
+        raise TuningError(
+            f"the arrays of {einsum.subscripts} at these lengths take "
+            f"{target.nbytes / 2**30:.3g} GiB, more than the {info.global_mem_size / 2**30:.3g}"
+            f" GiB of global memory of {info.name}: tune at smaller lengths")
     if store is not None and origin is None:
         from feinsum.database import einsum_origin
 
@@ -359,7 +371,8 @@ def autotune(
         budget = DEFAULT_BUDGET
     share = None if budget is None else max(1, budget // max(1, len(chosen)))
     arms = [_make_arm(r, target, info, records, strategy, share, seed,
-                      (fixed or {}).get(r.name), opts, roof) for r in chosen]
+                      (fixed or {}).get(r.name), opts, roof, workers or default_jobs())
+            for r in chosen]
     base_m: Measurement | None = None
     if baseline:
         from feinsum.timing.measurement import untransformed_version
@@ -423,7 +436,7 @@ def _holding(lock: Any) -> Iterator[None]:
 
 def _make_arm(r: Recipe, target: Target, info: DeviceInfo, records: _Records, strategy: str,
               share: int | None, seed: int, pins: Mapping[str, Any] | None,
-              opts: MeasureOptions, roof: Roofline | None) -> _Arm:
+              opts: MeasureOptions, roof: Roofline | None, workers: int = 1) -> _Arm:
     """A recipe's arm: its (restricted) space and strategy, seeded with its records."""
     space = r.space(target.spec, info)
     default: dict[str, Any] | None = r.default(target.spec, info)
@@ -436,8 +449,19 @@ def _make_arm(r: Recipe, target: Target, info: DeviceInfo, records: _Records, st
     old = records.records(r.name, r.version)
     known = [(dict(rec.params), rec.min_time if rec.status == "ok" else None)
              for rec in old]
-    strat = make_strategy(_strategy_for(strategy, space, share), space, seed=seed,
+    strat: Strategy
+    predictor = (predictor_for(r, target.spec, info, target.lengths, workers)
+                 if strategy in ("auto", "predicted") else None)
+    if predictor is not None:
+        strat = Predicted(space, predictor=predictor, pool=pool_size(share), seed=seed,
                           default=default, known=known)
+    elif strategy == "predicted":
+        raise TuningError(f"strategy 'predicted': the performance model does not describe "
+                          f"{info.name} (a CPU, or a GPU without a device model); use "
+                          "'auto'")
+    else:
+        strat = make_strategy(_strategy_for(strategy, space, share), space, seed=seed,
+                              default=default, known=known)
     arm = _Arm(r, space, strat, evaluated=len(old), failed=sum(rec.status != "ok" for rec in old))
     ok = [_from_record(rec, target, opts.spread_limit, roof) for rec in old if rec.status == "ok"]
     arm.best = min(ok, key=_seconds, default=None)

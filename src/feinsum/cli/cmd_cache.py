@@ -1,0 +1,45 @@
+"""``feinsum cache``: the hook's persistent cache of transformed programs (``info``, ``clear``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from feinsum.cli.common import add_json_argument, emit_json, nothing_found
+
+
+def configure(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("action", choices=["info", "clear"],
+                        help="info: where the cache is, its entries and bytes; clear: remove "
+                        "every entry")
+    add_json_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from feinsum.errors import FeinsumError
+    from feinsum.hook.store import ENV_VAR, MAX_BYTES, ProgramCache, cache_directory
+
+    directory = cache_directory()
+    if directory is None:
+        return nothing_found("cache", f"the cache of transformed programs is turned off "
+                             f"({ENV_VAR}=none)")
+    try:
+        cache = ProgramCache(directory)
+    except Exception as exc:  # an unwritable directory or a damaged file: say so, in a line
+        raise FeinsumError(f"cannot open the cache in {directory}: {exc}; set {ENV_VAR} to a "
+                           "writable directory (or remove the damaged file)") from exc
+    info: dict[str, Any] = {"directory": str(directory), "file": str(cache.path),
+                            "entries": len(cache), "bytes": cache.nbytes(),
+                            "max_bytes": MAX_BYTES}
+    if args.action == "clear":
+        info["removed"] = cache.clear()
+        info["entries"], info["bytes"] = len(cache), cache.nbytes()
+    if args.json:
+        emit_json(info)
+        return 0
+    if args.action == "clear":
+        print(f"removed {info['removed']} transformed programs from {info['file']}")
+    else:
+        print(f"{info['file']}: {info['entries']} transformed programs, "
+              f"{info['bytes'] / 2**20:.1f} MiB of at most {MAX_BYTES / 2**20:.0f} MiB")
+    return 0

@@ -1,0 +1,111 @@
+"""The whole-program check: loopy must linearize and generate code for what the hook made,
+before the caller runs it.
+
+The check does what loopy's executor does at the call, with loopy's caches on, so the
+call reuses it instead of doing it again: for a program on a PyOpenCL target whose
+arguments all have types (pytato's programs, the eager context's einsums), the
+executor's typed-and-scheduled translation unit (:meth:`loopy.target.execution.
+ExecutorBase.get_typed_and_scheduled_translation_unit`, cached under the program) and its
+code (:func:`loopy.generate_code_v2`, cached under the linearized program). Any failure of
+either (a schedule loopy cannot find, accesses it cannot order, a vector type it cannot
+emit) is a problem, and the caller keeps a smaller transformation.
+
+A program with argument types known only at the call cannot be checked so: its types
+are taken as int32 (length parameters) and float64 (arrays), which does not change how
+loopy schedules it, and it is linearized alone (its code is generated at the call).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def program_problem(t_unit: Any) -> str | None:
+    """Why loopy cannot run *t_unit* (None: it can); see the module docstring."""
+    import loopy as lp
+
+    try:
+        executor = _executor(t_unit)
+        if executor is not None and not executor.has_runtime_typed_args:
+            linearized = executor.get_typed_and_scheduled_translation_unit(None)
+            lp.generate_code_v2(linearized)
+            return None
+        return _untyped_problem(t_unit)
+    except Exception as exc:  # any loopy failure means: not usable
+        return _why(exc)
+
+
+def linearized(t_unit: Any) -> Any | None:
+    """*t_unit* linearized as the call will linearize it (the executor's cached
+    typed-and-scheduled translation unit), or, with argument types known only at the call,
+    with those types guessed (see the module docstring); None where even that leaves types
+    unknown. Raises what loopy raises."""
+    import loopy as lp
+
+    executor = _executor(t_unit)
+    if executor is not None and not executor.has_runtime_typed_args:
+        return executor.get_typed_and_scheduled_translation_unit(None)
+    typed = _typed_for_check(t_unit)
+    return None if typed is None else lp.linearize(lp.preprocess_program(typed))
+
+
+def _executor(t_unit: Any) -> Any | None:
+    """The executor the call will make (without an OpenCL context: the check builds
+    nothing), or None for targets other than PyOpenCL's."""
+    from loopy.target.pyopencl import PyOpenCLTarget
+    from loopy.target.pyopencl_execution import PyOpenCLExecutor
+
+    if not isinstance(t_unit.target, PyOpenCLTarget) or not t_unit.entrypoints:
+        return None
+    return PyOpenCLExecutor(None, t_unit,  # type: ignore[arg-type]
+                            entrypoint=sorted(t_unit.entrypoints)[0])
+
+
+def _untyped_problem(t_unit: Any) -> str | None:
+    import loopy as lp
+    from loopy.check import pre_codegen_callable_checks
+    from loopy.kernel.function_interface import CallableKernel
+    from loopy.schedule import get_one_linearized_kernel
+
+    typed = _typed_for_check(t_unit)
+    if typed is None:  # types known only at the call: nothing to check here
+        return None
+    t = lp.preprocess_program(typed)
+    for clbl in t.callables_table.values():
+        if isinstance(clbl, CallableKernel):
+            linearized = get_one_linearized_kernel(clbl.subkernel, t.callables_table)
+            pre_codegen_callable_checks(linearized, t.callables_table)
+    return None
+
+
+def _typed_for_check(t_unit: Any) -> Any:
+    """*t_unit* with every type inferred, for scheduling only: the types loopy learns only
+    at the call (a length parameter's, an input's) are taken as int32 and float64, which
+    does not change how it schedules. None if even that leaves types unknown."""
+    import loopy as lp
+    import numpy as np
+    from loopy.types import NumpyType
+
+    try:
+        return lp.infer_unknown_types(t_unit, expect_completion=True)
+    except Exception:  # loopy's inference failing is expected here: fill in and retry
+        pass
+    for clbl in t_unit.callables_table.values():
+        knl = getattr(clbl, "subkernel", None)
+        if knl is None:
+            continue
+        guess = {a.name: (np.int32 if isinstance(a, lp.ValueArg) else np.float64)
+                 for a in knl.args if not isinstance(a.dtype, NumpyType)}
+        if guess:
+            t_unit = t_unit.with_kernel(lp.add_dtypes(knl, guess))
+    try:
+        return lp.infer_unknown_types(t_unit, expect_completion=True)
+    except Exception:  # still unknown: the caller's code generation will check
+        return None
+
+
+def _why(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    if isinstance(exc, KeyError) and "dtype" in text:
+        text = f"no such vector type {text}"
+    return f"{type(exc).__name__}: {text}"[:300]

@@ -1,0 +1,143 @@
+"""Whether a transformation pays: the work of an einsum, the size of the code it makes.
+
+The hook never makes a program many times its size (``docs/compiler-guide.rst``, "What
+the hook will not do"):
+
+* an einsum with less than :data:`MIN_EINSUM_FLOPS` of work (a 3x3 metric term on a few
+  hundred elements) is not worth a device kernel and global barriers of its own: it is left
+  to the default schedule with the statements around it (:func:`too_little_work`);
+* a transformed einsum whose code, counted in statements after loopy unrolls
+  (:func:`unrolled_statements`), exceeds :data:`PART_CODE_LIMIT` is refused, and the next
+  candidate tried (the generic default unrolls every short reduction loop: a chain of five
+  16x16 matrices is 65,536 statements);
+* the transformed program may have at most :data:`CODE_FACTOR` times the untransformed
+  program's statements plus :data:`CODE_PER_EINSUM` per transformed einsum
+  (:func:`code_budget`); beyond, the einsums with the least work are given back to the
+  default schedule until it fits;
+* the transformation may take at most :data:`SECONDS_BASE` plus :data:`SECONDS_PER_STATEMENT`
+  a statement of the untransformed program (:func:`time_budget`); once spent, the remaining
+  einsums are left to the default schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from feinsum.matching import Match
+
+#: Flops below which an einsum is left to the default schedule (about 10 us of one core,
+#: what a device kernel launch and a global barrier cost).
+MIN_EINSUM_FLOPS = 100_000
+#: Statements (after unrolling) one transformed einsum may generate.
+PART_CODE_LIMIT = 4096
+#: The transformed program: at most this many times the untransformed program's
+#: statements (after unrolling) ...
+CODE_FACTOR = 4
+#: ... plus this many per transformed einsum.
+CODE_PER_EINSUM = 1024
+#: Seconds the transformation of a program may take: this much ...
+SECONDS_BASE = 30.0
+#: ... plus this much per statement of the untransformed program.
+SECONDS_PER_STATEMENT = 0.25
+
+
+def einsum_flops(m: Match, lengths: Iterable[tuple[str, int]] = ()) -> int | None:
+    """The flops of group *m* (cheapest contraction order) at the kernel's lengths and
+    *lengths*; None when a length is known only at run time."""
+    from feinsum.spec.costs import contraction_flops
+
+    e = m.einsum
+    fixed = {k: v for k, v in lengths if k in e.length_symbols}
+    if set(e.length_symbols) - set(fixed):
+        return None
+    try:
+        return int(contraction_flops(e.with_lengths(fixed) if fixed else e))
+    except Exception:  # an einsum the cost model does not price: count it as worth it
+        return None
+
+
+def too_little_work(flops: int | None) -> str | None:
+    """Why a group of *flops* (:func:`einsum_flops`) is not worth a kernel of its own
+    (None: it is)."""
+    if flops is None or flops >= MIN_EINSUM_FLOPS:
+        return None
+    return (f"too little work for a kernel of its own ({flops:,} flops < "
+            f"{MIN_EINSUM_FLOPS:,}): left to the default schedule")
+
+
+def unrolled_statements(knl: Any, insn_ids: Iterable[str] | None = None) -> int:
+    """How many statements loopy emits for (the statements *insn_ids* of) *knl*: each
+    statement once per iteration of its unrolled loops (``unr``, ``ilp``)."""
+    from loopy.kernel.data import IlpBaseTag, UnrollTag
+
+    lengths: dict[str, int] = {}
+
+    def length(iname: str) -> int:
+        if iname not in lengths:
+            try:
+                lengths[iname] = max(1, int(knl.get_constant_iname_length(iname)))
+            except Exception:  # not a constant: loopy cannot unroll it either
+                lengths[iname] = 1
+        return lengths[iname]
+
+    unrolled = {name for name, iname in knl.inames.items()
+                if any(isinstance(t, (UnrollTag, IlpBaseTag)) for t in iname.tags)}
+    insns = (knl.instructions if insn_ids is None
+             else [knl.id_to_insn[i] for i in insn_ids])
+    total = 0
+    for insn in insns:
+        n = 1
+        for iname in (set(insn.within_inames) | set(insn.reduction_inames())) & unrolled:
+            n *= length(iname)
+        total += n
+    return total
+
+
+def part_too_large(knl: Any) -> str | None:
+    """Why the transformed einsum *knl* is refused for its size (None: it is not)."""
+    n = unrolled_statements(knl)
+    if n <= PART_CODE_LIMIT:
+        return None
+    return (f"its code is too large: {n:,} statements once loopy unrolls its loops "
+            f"(at most {PART_CODE_LIMIT:,})")
+
+
+@dataclass(frozen=True)
+class Size:
+    """A program's size as the hook counts it."""
+
+    statements: int
+    unrolled: int
+    barriers: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {"statements": self.statements, "unrolled": self.unrolled,
+                "barriers": self.barriers}
+
+
+def program_size(t_unit: Any, names: Iterable[str]) -> Size:
+    """The size of the kernels *names* of *t_unit*: statements, statements once unrolled,
+    global barriers (each one more device kernel)."""
+    from loopy.kernel.instruction import BarrierInstruction
+
+    statements = unrolled = barriers = 0
+    for name in names:
+        knl = t_unit[name]
+        statements += len(knl.instructions)
+        unrolled += unrolled_statements(knl)
+        barriers += sum(isinstance(i, BarrierInstruction) and i.synchronization_kind
+                        == "global" for i in knl.instructions)
+    return Size(statements, unrolled, barriers)
+
+
+def code_budget(before: Size, einsums: int) -> int:
+    """The statements (after unrolling) a transformed program may have."""
+    return CODE_FACTOR * before.unrolled + CODE_PER_EINSUM * einsums
+
+
+def time_budget(before: Size) -> float:
+    """The seconds the hook may spend transforming a program of size *before*."""
+    return SECONDS_BASE + SECONDS_PER_STATEMENT * before.statements

@@ -1,0 +1,70 @@
+"""A recipe configuration's predicted time: the code a recipe generates for a canonical
+einsum, predicted at given lengths (cached: tuning and the CLI ask again)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from feinsum.devices.info import DeviceInfo
+from feinsum.errors import InvalidConfigurationError, PredictionError, RecipeFailure
+from feinsum.prediction.hardware import hardware_for
+from feinsum.prediction.model import Prediction, predict
+from feinsum.spec.model import BatchedEinsum
+
+
+def _device(device: DeviceInfo | str) -> DeviceInfo:
+    if isinstance(device, DeviceInfo):
+        return device
+    from feinsum.devices.models import get_model
+
+    return get_model(device)
+
+
+def roofline_seconds(spec: BatchedEinsum, lengths: Mapping[str, int],
+                     device: DeviceInfo | str) -> float:
+    """The roofline's time of *spec* at *lengths* on *device*'s hardware: the flops, bytes
+    and dtype the tuner and the database rate it by (:func:`feinsum.spec.costs.roofline_work`)
+    over the hardware's peak and sustained bandwidth."""
+    import numpy as np
+
+    from feinsum.spec.costs import roofline_work
+
+    hw = hardware_for(device)
+    w = roofline_work(spec.with_lengths(dict(lengths)) if spec.length_symbols else spec)
+    flops = w.flops / hw.peak_flops(np.dtype(w.dtype).itemsize)
+    return max(flops, w.bytes / hw.dram_bandwidth if hw.dram_bandwidth > 0 else 0.0)
+
+
+def predict_configuration(recipe: Any, spec: BatchedEinsum, params: Mapping[str, Any],
+                          device: DeviceInfo | str, lengths: Mapping[str, int], *,
+                          code_device: DeviceInfo | None = None) -> Prediction:
+    """The predicted time of *recipe*'s configuration *params* for the canonical einsum
+    *spec* on GPU *device* (a device model's key or name, or a ``DeviceInfo``) at
+    *lengths* (the values of *spec*'s length symbols). The code is generated for
+    *code_device* (default: *device*), as :func:`feinsum.measure` would generate it.
+    *recipe*: a :class:`~feinsum.recipes.Recipe` or a recipe's name."""
+    from feinsum.recipes import get_recipe
+
+    r = get_recipe(recipe) if isinstance(recipe, str) else recipe
+    dev = code_device or _device(device)
+    return _cached(r, spec, json.dumps(dict(params), sort_keys=True), dev, device,
+                   tuple(sorted((k, int(v)) for k, v in lengths.items())))
+
+
+@functools.lru_cache(maxsize=512)
+def _cached(recipe: Any, spec: BatchedEinsum, params: str, dev: DeviceInfo,
+            device: DeviceInfo | str, lengths: tuple[tuple[str, int], ...]) -> Prediction:
+    from feinsum.lowering.kernel import generate_loopy
+
+    lens = dict(lengths)
+    try:
+        t_unit = recipe.apply(generate_loopy(spec), json.loads(params), spec, dev)
+    except (InvalidConfigurationError, RecipeFailure) as exc:
+        raise PredictionError(f"{recipe.name} cannot generate {params}: {exc}") from exc
+    except Exception as exc:  # a recipe's own bug: one line, not loopy's traceback
+        raise PredictionError(f"{recipe.name} failed to generate {params}: "
+                              f"{type(exc).__name__}: {exc}") from exc
+    return predict(t_unit, device, lens, roofline_seconds=roofline_seconds(spec, lens, device))

@@ -1,0 +1,234 @@
+"""The performance model: a transformed kernel's time on a GPU, predicted without running it.
+
+Each device kernel is bounded by each resource it uses, on the compute unit that gets the
+most work-groups (``ceil(groups / compute units)``: the tail of the last wave counts):
+
+* ``issue``: warp instructions over the schedulers (arithmetic, memory instructions, an
+  address computation per global access, rolled-loop overhead);
+* ``fp``: fp32 and fp64 instructions over their pipes (an FMA is one instruction);
+* ``sfu``: special-function instructions (exp2, log2, rsqrt, reciprocal);
+* ``lsu``: L1 / local-memory wavefronts: distinct cache lines per global warp access
+  (a read resolves two per wavefront), bank conflicts per local one (a broadcast is one),
+  stack traffic; the same address loaded twice in one loop body counts once, as the
+  compiler loads it once;
+* ``dram``: every global array read and written once, over the sustained bandwidth;
+* ``latency``: what one work-group's warps wait for in sequence (global and local
+  latencies over the accesses a warp keeps in flight, dependent FMA chains, barriers),
+  once per wave of resident work-groups (occupancy from registers, local memory and
+  work-group size).
+
+The kernel takes its largest bound, plus the share of the second-largest that does not
+overlap it (``issue``, ``fp`` and ``sfu`` are one instruction stream: only their largest
+counts), plus the launch; a translation unit its kernels in sequence. The constants are
+the hardware's (:mod:`feinsum.prediction.hardware`), none per workload.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from feinsum.devices.info import DeviceInfo
+from feinsum.errors import PredictionError
+from feinsum.prediction.accesses import Access
+from feinsum.prediction.hardware import Hardware, hardware_for
+from feinsum.prediction.kernels import DeviceKernel, KernelStats, read_kernel
+
+#: warp instructions a rolled loop costs per iteration (increment, compare, branch)
+LOOP_INSTRUCTIONS = 3.0
+#: integer instructions that compute a global access's address
+ADDRESS_INSTRUCTIONS = 1.0
+RESOURCES = ("issue", "fp", "sfu", "lsu", "dram", "latency", "launch")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A configuration's predicted time on one GPU, and why."""
+
+    #: predicted seconds (every device kernel, launches included)
+    seconds: float
+    #: the resource that bounds the time (of :data:`RESOURCES`)
+    limit: str
+    #: seconds each resource needs (summed over device kernels)
+    components: dict[str, float]
+    #: the roofline's seconds (flops over peak, bytes over bandwidth) and its fraction
+    roofline_seconds: float
+    hardware: str
+    #: launch geometry and occupancy of each device kernel
+    kernels: tuple[dict[str, Any], ...] = ()
+    #: what the model could not count exactly
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def fraction(self) -> float:
+        """The roofline's time over the predicted time (1: at the roofline)."""
+        return self.roofline_seconds / self.seconds if self.seconds > 0 else 0.0
+
+    def __str__(self) -> str:
+        return (f"{self.seconds * 1e3:.4g} ms predicted on {self.hardware} "
+                f"({self.fraction:.0%} of the roofline; bound by {self.limit})")
+
+
+def occupancy(k: DeviceKernel, hw: Hardware) -> tuple[int, str]:
+    """Work-groups one compute unit holds at once, and what limits them."""
+    warps = math.ceil(k.group_size / hw.subgroup)
+    per_warp = math.ceil(k.registers * hw.subgroup / 256) * 256
+    limits = {"work-groups": hw.max_groups, "warps": hw.max_warps // warps,
+              "registers": hw.registers // max(1, per_warp * warps)}
+    if k.local_bytes:
+        limits["local memory"] = hw.local_memory // (k.local_bytes + 1024)
+    why = min(limits, key=limits.__getitem__)
+    return max(1, limits[why]), why
+
+
+def _latency_cycles(k: DeviceKernel, hw: Hardware) -> float:
+    """Cycles one work-group's warps spend waiting in sequence. Each loop body (the
+    statements inside the same rolled loops; straight-line code is one) waits per
+    iteration for its reads (a global or a local latency; all reads of one iteration are
+    issued together, and a rolled loop keeps :attr:`Hardware.memory_parallelism`
+    iterations' global reads in flight unless one is under a ``?:``), its special
+    functions and, if it accumulates, one dependent FMA; barriers add their cost."""
+    bodies: dict[frozenset[str], dict[str, float]] = {}
+    for s in k.statements:
+        b = bodies.setdefault(s.loop, {"iters": 0.0, "mem": 0.0, "arith": 0.0, "mlp": 1.0})
+        b["iters"] = max(b["iters"], s.loop_serial)
+        wait = hw.sfu_latency * s.sfu + (hw.fp_latency if s.chain and s.fp else 0.0)
+        b["arith"] = max(b["arith"], wait)
+        if s.loop:
+            b["mlp"] = hw.memory_parallelism
+    for a in k.accesses:
+        if not a.write and a.loop in bodies:
+            body = bodies[a.loop]
+            lat = hw.global_latency if a.space == "global" else hw.local_latency
+            body["mem"] = max(body["mem"], lat)
+            if a.conditional and a.space == "global":
+                body["mlp"] = 0.0
+    total = k.barriers * hw.barrier_cycles
+    for b in bodies.values():
+        total += b["iters"] * (b["mem"] / max(1.0, b["mlp"]) + b["arith"])
+    return total
+
+
+def _wavefronts(a: Access, hw: Hardware) -> float:
+    """L1 / local-memory wavefronts of one warp execution of access *a*: a global or stack
+    read (both through the L1) resolves :attr:`Hardware.lines_per_wavefront` lines per
+    wavefront, a write one line per wavefront, a local access its bank conflicts."""
+    if a.space in ("global", "stack") and not a.write:
+        return max(1.0, a.wavefronts / hw.lines_per_wavefront)
+    return a.wavefronts
+
+
+def issued(k: DeviceKernel) -> dict[str, float]:
+    """Warp instructions device kernel *k* issues (whole launch), by kind: ``fp``,
+    ``sfu``, ``other`` (integer, logic, selects), ``memory`` (per access its load or store
+    instructions, and an address computation per global access), ``loop`` (rolled-loop overhead)."""
+    out = dict.fromkeys(("fp", "sfu", "other", "memory", "loop"), 0.0)
+    for s in k.statements:
+        out["fp"] += s.warp_runs * s.fp
+        out["sfu"] += s.warp_runs * s.sfu
+        out["other"] += s.warp_runs * s.other
+    for a in k.accesses:
+        out["memory"] += a.runs * (a.instructions + (ADDRESS_INSTRUCTIONS
+                                                     if a.space == "global" else 0.0))
+    out["loop"] = (k.loop_iterations * LOOP_INSTRUCTIONS + k.check_instructions
+                   + k.pointer_increments)
+    return out
+
+
+def kernel_components(k: DeviceKernel, hw: Hardware) -> dict[str, float]:
+    """Seconds each resource needs for device kernel *k* (DRAM and launch aside)."""
+    busiest = math.ceil(k.groups / hw.compute_units) / k.groups
+    cycle = 1.0 / hw.clock_hz
+    issue = sum(issued(k).values())
+    fp32 = fp64 = sfu = lsu = 0.0
+    for s in k.statements:
+        if s.itemsize == 8:
+            fp64 += s.warp_runs * s.fp
+        else:
+            fp32 += s.warp_runs * s.fp
+        sfu += s.warp_runs * s.sfu
+    for a in k.accesses:
+        lsu += a.runs * _wavefronts(a, hw)
+    resident, _ = occupancy(k, hw)
+    waves = math.ceil(math.ceil(k.groups / hw.compute_units) / resident)
+    fp = fp32 / hw.fp32_per_clock + (fp64 / hw.fp64_per_clock if fp64 else 0.0)
+    return {
+        "issue": issue * busiest / hw.issue_per_clock * cycle,
+        "fp": fp * busiest * cycle,
+        "sfu": sfu * busiest / hw.sfu_per_clock * cycle,
+        "lsu": lsu * busiest / hw.lsu_per_clock * cycle,
+        "latency": waves * _latency_cycles(k, hw) * cycle,
+    }
+
+
+#: bounds of one instruction stream: the fp and special-function instructions are issued
+#: instructions too, their pipes run beside the schedulers, so they never add to each other
+SAME_STREAM = ("issue", "fp", "sfu")
+
+
+def kernel_seconds(comp: dict[str, float], hw: Hardware) -> tuple[float, str]:
+    """A device kernel's seconds from its bounds: the largest, plus the part of the
+    second-largest that does not overlap it (:attr:`Hardware.overlap`), the second taken
+    among the resources independent of the largest (of :data:`SAME_STREAM` only the
+    largest counts); and the largest's name."""
+    stream = max((r for r in SAME_STREAM if r in comp), key=comp.__getitem__, default=None)
+    ranked = sorted((r for r in comp if r not in SAME_STREAM or r == stream),
+                    key=comp.__getitem__, reverse=True)
+    second = comp[ranked[1]] if len(ranked) > 1 else 0.0
+    return comp[ranked[0]] + hw.overlap * second, ranked[0]
+
+
+def combine(stats: KernelStats, hw: Hardware, roofline_seconds: float | None = None,
+            ) -> Prediction:
+    """The prediction from a kernel's statistics on *hw*."""
+    components = dict.fromkeys(RESOURCES, 0.0)
+    notes = list(stats.notes)
+    dram = stats.dram_bytes / hw.dram_bandwidth if hw.dram_bandwidth > 0 else 0.0
+    if hw.dram_bandwidth <= 0:
+        notes.append(f"{hw.name}'s DRAM bandwidth is unknown: no DRAM bound")
+    total_work = sum(max(1, k.groups) for k in stats.kernels) or 1
+    seconds, limits, info = 0.0, dict[str, float](), []
+    for k in stats.kernels:
+        comp = kernel_components(k, hw)
+        # a kernel's share of the DRAM traffic: in proportion to its work-groups
+        comp["dram"] = dram * k.groups / total_work
+        t, bound = kernel_seconds(comp, hw)
+        t += hw.launch_seconds
+        seconds += t
+        limits[bound] = limits.get(bound, 0.0) + comp[bound]
+        for r, v in comp.items():
+            components[r] += v
+        components["launch"] += hw.launch_seconds
+        resident, why = occupancy(k, hw)
+        info.append({"kernel": k.name, "groups": k.groups, "group_size": k.group_size,
+                     "local_bytes": k.local_bytes, "registers": k.registers,
+                     "stack_bytes": k.stack_bytes, "resident_groups": resident,
+                     "occupancy_limit": why, "seconds": t, "limit": bound})
+    if roofline_seconds is None:
+        flops = sum(s.item_runs * s.flops for k in stats.kernels for s in k.statements)
+        size = max((s.itemsize for k in stats.kernels for s in k.statements if s.fp),
+                   default=4)
+        roofline_seconds = max(flops / hw.peak_flops(size), dram)
+    limit = max(limits, key=limits.__getitem__) if limits else "launch"
+    return Prediction(seconds, limit, components, roofline_seconds, hw.name, tuple(info),
+                      tuple(notes))
+
+
+def predict(t_unit: Any, device: DeviceInfo | str, lengths: Mapping[str, int], *,
+            roofline_seconds: float | None = None) -> Prediction:
+    """*t_unit*'s time on GPU *device* (a device model's key or name, or a
+    :class:`~feinsum.devices.info.DeviceInfo`) at *lengths* (every length parameter of the
+    kernel), predicted from its code without running it. *roofline_seconds*: the
+    roofline's time of the computation (default: from the kernel's own flops and DRAM
+    bytes)."""
+    hw = hardware_for(device)
+    try:
+        stats = read_kernel(t_unit, lengths, hw)
+    except PredictionError:
+        raise
+    except Exception as exc:  # loopy cannot preprocess, linearize or count the kernel
+        raise PredictionError(f"the performance model cannot read this kernel: "
+                              f"{type(exc).__name__}: {exc}") from exc
+    return combine(stats, hw, roofline_seconds)

@@ -1,0 +1,314 @@
+"""The GpuConv1D kernel of kernel reductions and its GPU options (``transforms/tiled_1d.py``).
+
+A work-group of ``K`` work-items owns ``K * rows`` consecutive output rows, ``rows`` per
+work-item (rows ``r*K + il`` of the group: stores stay coalesced), whose i-variables sit in
+private registers. The ``j`` loop runs in tiles of ``K``: the work-items load one tile of
+the j-variables cooperatively into local memory (one point each), a barrier, then every
+work-item folds the ``K`` terms of the tile into the private accumulators of its rows
+(:class:`feinsum.lowering.reduction_updates.Updater`), a barrier. Rows past ``M`` compute on
+row ``M-1`` and are not stored. Nothing of size ``M x N`` is ever stored.
+
+:class:`Tiling` names the options: ``rows`` per work-item (each j-point read from local
+memory serves ``rows`` pairs); ``peel`` the last, partial tile into a loop of its own so
+that the main tile loop has no bounds check (and the compiler can unroll it);
+``unroll`` the in-tile loop by a factor (``K``: completely); ``pack`` each j-point's
+values into one OpenCL vector of local memory (``float4`` (y0, y1, y2, b): one wide load
+instead of four); ``math`` the ``exp``/``log`` flavour
+(:data:`feinsum.lowering.reduction_updates.MATH_MODES`). With every option off
+(:attr:`Tiling.classic`) the code is the plain GpuConv1D kernel: the last tile padded and
+its missing terms skipped by a bounds check in the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pymbolic.primitives as prim
+
+from feinsum.lowering.reduction_updates import Updater, register_math, rewrite_math
+from feinsum.reductions import analysis as ka
+from feinsum.reductions import templates as kt
+
+_VEC2: Any = "c,vec"  # loopy parses dim_tags strings (its annotations say tag objects)
+
+#: The vector widths a packed j-point may take (OpenCL's, without 3: a float3 takes 4).
+PACK_WIDTHS = (2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """The options of :func:`tiled_kernel` (see the module docstring)."""
+
+    K: int
+    rows: int = 1
+    unroll: int = 1
+    peel: bool = False
+    pack: bool = False
+    math: str = "accurate"
+
+    @property
+    def classic(self) -> bool:
+        """Whether this is the plain GpuConv1D kernel (one row per work-item, the bounds
+        check in the tile loop, scalar j-variables, accurate ``exp``)."""
+        return self.rows == 1 and not self.peel and not self.pack and self.math == "accurate"
+
+
+def point_values(form: ka.Form) -> int:
+    """How many values one j-point has (every j-variable's short entries)."""
+    return sum(ka.n_short(a) for a in form.j_arrays)
+
+
+def pack_width(form: ka.Form) -> int | None:
+    """The vector width of a packed j-point (its values padded to :data:`PACK_WIDTHS`), or
+    None when packing does not apply: fewer than 2 values, more than 16, or j-variables of
+    different dtypes."""
+    n = point_values(form)
+    if n < 2 or len({a.dtype for a in form.j_arrays}) != 1:
+        return None
+    return next((w for w in PACK_WIDTHS if w >= n), None)
+
+
+def local_bytes(form: ka.Form, K: int, pack: bool) -> int:
+    """Local memory of a tile of ``K`` j-points."""
+    if pack and (w := pack_width(form)):
+        return K * w * form.j_arrays[0].dtype.itemsize
+    return K * sum(ka.n_short(a) * a.dtype.itemsize for a in form.j_arrays)
+
+
+def private_values(form: ka.Form, rows: int) -> int:
+    """Registers (values) a work-item keeps for its rows: i-variables and accumulators."""
+    per_acc = 2 if form.e.reduction in ("argmin", "argmax", "logsumexp") else 1
+    i_vals = sum(ka.n_short(a) for a in form.i_arrays)
+    return rows * (i_vals + per_acc * len(ka.row_terms(form)))
+
+
+#: Vendors whose ``native_exp2`` is the hardware's base-2 exponential at about 2 ulp (NVIDIA's
+#: ``ex2.approx``, AMD's ``v_exp_f32``): there the GPU defaults use it.
+NATIVE_EXP2_VENDORS = ("NVIDIA", "Advanced Micro Devices")
+
+
+def default_math(form: ka.Form | str, device: Any) -> str:
+    """The ``math`` flavour of the kernel-reduction recipes' defaults: ``accurate`` on CPUs
+    (their code stays as it was), ``native_exp2`` for float32 on the GPUs of
+    :data:`NATIVE_EXP2_VENDORS`, else ``exp2`` (accurate to OpenCL's 3 ulp; the folded
+    constant adds the rounding of one product to the argument)."""
+    if device.is_cpu or isinstance(form, str):
+        return "accurate"
+    single = form.dtype.itemsize == 4
+    vendor = device.vendor or ""
+    return "native_exp2" if single and any(v in vendor for v in NATIVE_EXP2_VENDORS) else "exp2"
+
+
+def _hoist(expr: Any, variant: set[str], names: dict[Any, str]) -> Any:
+    """*expr* with each product that reads none of *variant* replaced by a variable
+    ``cst{k}`` (*names*: product -> name, filled in)."""
+    from loopy.symbolic import IdentityMapper
+
+    class M(IdentityMapper):  # type: ignore[misc]
+        def map_product(self, p: prim.Product) -> Any:
+            if not ka.depends_on(p, variant) and any(
+                    isinstance(c, (prim.Variable, prim.Subscript)) for c in p.children):
+                return kt.var(names.setdefault(p, f"cst{len(names)}"))
+            return super().map_product(p)
+
+    return M()(expr)
+
+
+def tiled_kernel(e: Any, t: Tiling) -> Any:
+    """The GpuConv1D kernel of the kernel reduction ``e`` with the options *t*."""
+    import loopy as lp
+
+    form = kt.template_form(e)
+    upd = Updater(e.reduction, form.dtype, t.math, scalar=not t.classic)
+    K, R = t.K, t.rows
+    width = pack_width(form) if t.pack else None
+    mexpr, nexpr = kt.length_expr(form.m), kt.length_expr(form.n)
+    io, il = kt.var("io"), kt.var("il")
+    priv, loc = lp.AddressSpace.PRIVATE, lp.AddressSpace.LOCAL
+    i_names = {a.name: a for a in form.i_arrays}
+    j_names = {a.name: a for a in form.j_arrays}
+    offset = {a.name: sum(ka.n_short(b) for b in form.j_arrays[:k])
+              for k, a in enumerate(form.j_arrays)}
+
+    def at(r: int, *idx: Any) -> tuple[Any, ...]:  # private arrays get a row axis if R > 1
+        return (r, *idx) if R > 1 else idx
+
+    def suffix(r: int) -> str:
+        return f"_r{r}" if R > 1 else ""
+
+    def row(r: int) -> Any:
+        return io * (K * R) + il if r == 0 else io * (K * R) + r * K + il
+
+    def local_ref(name: str, point: Any, s: Any) -> Any:
+        if width:
+            return kt.sub("jp_l", point, offset[name] + s)
+        return kt.sub(f"{name}_l", point, s)
+
+    temps: list[Any] = []
+    insns: list[Any] = []
+    row_inames = frozenset({"io", "il"})
+    pack_ids = []
+    for a in form.i_arrays:
+        ns = ka.n_short(a)
+        temps.append(lp.TemporaryVariable(f"{a.name}_p", a.dtype, shape=at(R, ns),
+                                          address_space=priv))
+        for r in range(R):
+            for s in range(ns):
+                src = kt.sub(a.name, *ka.short_index(a, s, kt.clamp(row(r), mexpr)))
+                pid = f"pack_{a.name}_{s}{suffix(r)}"
+                insns.append(lp.Assignment(kt.sub(f"{a.name}_p", *at(r, s)), src, id=pid,
+                                           within_inames=row_inames))
+                pack_ids.append(pid)
+    if width:
+        temps.append(lp.TemporaryVariable("jp_l", form.j_arrays[0].dtype, shape=(K, width),
+                                          dim_tags=_VEC2, address_space=loc))
+    else:
+        temps += [lp.TemporaryVariable(f"{a.name}_l", a.dtype, shape=(K, ka.n_short(a)),
+                                       address_space=loc) for a in form.j_arrays]
+
+    def loads(tile: str, jl: str, tag: str, clamp: bool, after: frozenset[str]
+              ) -> list[str]:
+        point = kt.var(tile) * K + kt.var(jl)
+        ids = []
+        for a in form.j_arrays:
+            for s in range(ka.n_short(a)):
+                src = kt.sub(a.name, *ka.short_index(
+                    a, s, kt.clamp(point, nexpr) if clamp else point))
+                lid = f"load{tag}_{a.name}_{s}"
+                insns.append(lp.Assignment(local_ref(a.name, kt.var(jl), s), src, id=lid,
+                                           within_inames=frozenset({"io", tile, jl}),
+                                           depends_on=after))
+                ids.append(lid)
+        return ids
+
+    variant = {form.i, form.j, *i_names, *j_names}
+    terms = [ka.RowTerm(term.row, term.short, tuple(
+        rewrite_math(f, t.math, form.dtype, lambda x: not ka.depends_on(x, variant))
+        for f in term.factors)) for term in ka.row_terms(form)]
+    if not t.classic:  # loop-invariant products (the folded exp2 constant) computed once
+        hoisted: dict[Any, str] = {}
+        terms = [ka.RowTerm(term.row, term.short, tuple(
+            _hoist(f, variant, hoisted) for f in term.factors)) for term in terms]
+        for expr, name in hoisted.items():
+            temps.append(lp.TemporaryVariable(name, form.dtype, shape=(),
+                                              address_space=priv))
+            insns.append(lp.Assignment(kt.var(name), expr, id=f"hoist_{name}",
+                                       within_inames=row_inames))
+            pack_ids.append(f"hoist_{name}")
+    nt = len(terms)
+    temps.append(lp.TemporaryVariable("acc", form.dtype, shape=at(R, nt), address_space=priv))
+    temps.append(lp.TemporaryVariable("val", form.dtype, shape=at(R, nt), address_space=priv))
+    if upd.needs_aux:
+        temps.append(lp.TemporaryVariable("aux", upd.aux_dtype, shape=at(R, nt),
+                                          address_space=priv))
+    scratch = upd.scalar and e.reduction == "logsumexp"
+    if scratch:
+        temps.append(lp.TemporaryVariable("dif", form.dtype, shape=at(R, nt),
+                                          address_space=priv))
+    init_ids: list[str] = []
+    shared: dict[Any, str] = {}  # factors computed once per pair and row (not classic)
+
+    def updates(tile: str, jj: str, tag: str, bounded: bool, after: dict[tuple[int, int], str],
+                deps: frozenset[str]) -> tuple[dict[tuple[int, int], str], list[str]]:
+        """The val/update statements of one tile loop: the last update id of each (row,
+        term) accumulator, and the ids of the statements reading local memory."""
+        jrow = kt.var(tile) * K + kt.var(jj)
+        hot = frozenset({"io", "il", tile, jj})
+        preds = frozenset[Any]({prim.Comparison(jrow, "<", nexpr)}) if bounded else (
+            frozenset())
+        last: dict[tuple[int, int], str] = {}
+        readers: list[str] = []
+        for r in range(R):
+            def rewrite(name: str, idx: tuple[Any, ...], r: int = r) -> Any:
+                if name in i_names:
+                    return kt.sub(f"{name}_p", *at(r, ka.flat_short(i_names[name], idx)))
+                if name in j_names:
+                    return local_ref(name, kt.var(jj), ka.flat_short(j_names[name], idx))
+                return None
+
+            rw = kt.Rewriter(rewrite, {form.i: row(r), form.j: jrow})
+            local_fac: dict[Any, str] = {}
+            for k, term in enumerate(terms):
+                factors = [rw(f) for f in term.factors]
+                if not t.classic:
+                    for n, g in enumerate(factors):
+                        if isinstance(g, (prim.Subscript, prim.Variable)) or not ka.depends_on(
+                                g, {f"{a}_p" for a in i_names}):
+                            continue
+                        if g not in local_fac:
+                            fname = shared.setdefault(g, f"fac{len(shared)}")
+                            fid = f"{fname}{tag}{suffix(r)}"
+                            local_fac[g] = fid
+                            if fname not in {v.name for v in temps}:
+                                temps.append(lp.TemporaryVariable(fname, form.dtype, shape=(),
+                                                                  address_space=priv))
+                            insns.append(lp.Assignment(kt.var(fname), g, id=fid,
+                                                       within_inames=hot, predicates=preds,
+                                                       depends_on=deps | set(pack_ids)))
+                            readers.append(fid)
+                        factors[n] = kt.var(shared[g])
+                acc, aux, val = (kt.sub(x, *at(r, k)) for x in ("acc", "aux", "val"))
+                if not after:  # the first tile loop: the accumulator's initialisation first
+                    inits = kt.assignments(upd.init(acc, aux), f"init_{k}{suffix(r)}",
+                                           row_inames)
+                    init_ids.extend(a.id for a in inits)
+                    insns.extend(inits)
+                vid: str | None = None  # sums: acc + value in one expression (one FMA)
+                prev = {after[r, k]} if after else set()  # the last loop's use of val
+                inputs = deps | {*pack_ids, *local_fac.values(), *prev}
+                value = ka.product(factors)
+                if t.classic or e.reduction != "sum":
+                    vid = f"val{tag}_{k}{suffix(r)}"
+                    insns.append(lp.Assignment(val, value, id=vid, within_inames=hot,
+                                               predicates=preds, depends_on=inputs))
+                    readers.append(vid)
+                    value = val
+                dif = kt.sub("dif", *at(r, k)) if scratch else None
+                upds = kt.assignments(upd.update(acc, aux, value, jrow, scratch=dif),
+                                      f"upd{tag}_{k}{suffix(r)}", hot,
+                                      after={*init_ids, *prev, *(() if vid else inputs)},
+                                      chain=True, first=vid, predicates=preds)
+                insns.extend(upds)
+                readers += [a.id for a in upds if ka.depends_on(a.expression, {"jp_l"} | {
+                    f"{n}_l" for n in j_names})]
+                last[r, k] = upds[-1].id
+        return last, readers
+
+    pre = kt.domain_prefix(form.m, form.n)
+    domains = [f"{pre}{{[io]: 0 <= io and {K * R}*io < {form.m}}}"]
+    if t.peel:
+        main_loads = loads("jt", "jl", "", False, frozenset())
+        last, readers = updates("jt", "jj", "", False, {}, frozenset(main_loads))
+        tail_loads = loads("jt2", "jl2", "_tail", True, frozenset(readers))
+        last, _ = updates("jt2", "jj2", "_tail", True, last, frozenset(tail_loads))
+        domains += [
+            f"{{[il, jl, jj, jl2, jj2]: 0 <= il, jl, jj, jl2, jj2 < {K}}}",
+            f"{pre}{{[jt]: 0 <= jt and {K}*jt + {K} <= {form.n}}}",
+            f"{pre}{{[jt2]: 0 <= jt2 and {K}*jt2 < {form.n} < {K}*jt2 + {K}}}",
+        ]
+    else:
+        last, _ = updates("jt", "jj", "", True, {},
+                          frozenset(loads("jt", "jl", "", True, frozenset())))
+        domains += [f"{{[il, jl, jj]: 0 <= il, jl, jj < {K}}}",
+                    f"{pre}{{[jt]: 0 <= jt and {K}*jt < {form.n}}}"]
+    update_ids = [x for x in (a.id for a in insns) if x.startswith("upd")]
+    for r in range(R):
+        store_pred = frozenset[Any]({prim.Comparison(row(r), "<", mexpr)})
+        for k, term in enumerate(terms):
+            stores = kt.output_stores(form, upd, term, row(r), kt.sub("acc", *at(r, k)),
+                                      kt.sub("aux", *at(r, k)))
+            insns += kt.assignments(stores, f"store_{k}{suffix(r)}", row_inames,
+                                    after=update_ids, predicates=store_pred)
+    tags = {"io": "g.0", "il": "l.0", "jl": "l.0"}
+    if t.peel:
+        tags["jl2"] = "l.0"
+    if t.unroll >= K:
+        tags["jj"] = "unr"
+    knl = kt.template_kernel(e, domains, insns, temps, tags)
+    if 1 < t.unroll < K:
+        import loopy as lp
+
+        knl = lp.split_iname(knl, "jj", t.unroll, inner_tag="unr")
+        knl = lp.prioritize_loops(knl, "jt,jj_outer,jj_inner")
+    return register_math(knl, t.math)

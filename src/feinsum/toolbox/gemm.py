@@ -1,0 +1,586 @@
+"""GPU GEMM kernels for two-operand contractions (the ``gemm_gpu`` recipe's steps).
+
+A contraction is seen as ``out[rest, Y, X] = sum_K A[Y, K] * B[K, X]`` (:func:`roles`):
+``X`` is the output's contiguous index fused with the output indices of operand ``B`` that
+are contiguous with it in ``B`` and in the output (``ijkl,mi->mjkl``: ``X = jkl``); ``Y``
+likewise from operand ``A``; ``K`` the longest reduction index fused with the reduction
+indices contiguous with it in both operands (``ijk,jkl->il``: ``K = jk``). What is left are
+batch output indices (``rest``: ``g.2`` and loops) and other reduction indices (loops
+around the ``K`` tiles).
+
+:func:`gemm_kernel` writes the kernel from the spec (no reference kernel transformed):
+
+* a ``ly x lx`` work-group owns a ``BM x BN`` block of ``(Y, X)`` (``BM = ly*py``,
+  ``BN = lx*px``); each work-item a ``py x px`` register tile made of runs of ``vw``
+  adjacent entries, ``ly*vw`` (``lx*vw``) apart, so that its reads of a local tile row are
+  ``vw`` adjacent values (one vector load) and a subgroup's reads hit distinct banks;
+* ``K`` advances ``kt`` at a time: the ``kt x BM`` tile of ``A`` and the ``kt x BN`` tile of
+  ``B`` are copied to local memory by all work-items, reading along each operand's
+  contiguous axis (coalesced); entries outside the operands are read as zero. The
+  register-tile update is therefore the same for every tile, edge tiles included: **no
+  bounds guard in the unrolled FMA body** (only the copies and the final stores compare
+  indices with the lengths), correct for any lengths;
+* ``double_buffer``: two local tiles; the next tile is read into registers before the
+  current one is used and stored to the other tile after it: one barrier per ``K`` tile;
+* ``split`` > 1 (split-K): ``g.2`` runs ``split`` slices of the ``K`` tiles (slice ``s``
+  takes tiles ``s, s + split, ...``) into a global temporary ``split x Y x X``; a second
+  kernel after a global barrier sums the slices into the output.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import loopy as lp
+import numpy as np
+import pymbolic.primitives as prim
+
+from feinsum.spec.model import Array, BatchedEinsum
+from feinsum.toolbox.core import dtype_size, kernel_of, main_reduction
+from feinsum.toolbox.dense import subscript
+
+#: Shared-memory banks the local tiles' padding spreads the transposing copies over.
+BANKS = 32
+#: The values of the ``gemm_gpu`` recipe's parameters.
+REGISTER_TILES, K_TILES, VECTOR_WIDTHS, SPLITS = (1, 2, 4, 8), (2, 4, 8, 16, 32), (1, 2, 4), (
+    1, 2, 4, 8, 16)
+#: 32-bit registers a work-item keeps for addresses, indices and loop counters.
+RESERVED_REGISTERS = 32
+#: Unrolled FMA statements of one ``K`` tile (``px*py*kt``) at most: compile time.
+MAX_UNROLLED = 1024
+#: The work-items of a default work-group (fewer where the device allows fewer).
+DEFAULT_THREADS = 256
+#: The length the default assumes for a symbolic output length when it decides whether
+#: the output fills the device (twice the shortest length canonical specs abstract).
+SYMBOLIC_GUESS = 512
+#: The shortest slice of a split reduction the default makes: each slice's partial sums
+#: then cost a few percent of its flops' time in memory traffic.
+SLICE_DEPTH = 1024
+
+
+# {{{ roles: the contraction as a GEMM over fused indices
+
+
+@dataclass(frozen=True)
+class Roles:
+    """A two-operand contraction as ``out[rest, Y, X] = sum_K A[Y, K] * B[K, X]``.
+
+    :attr:`x`, :attr:`y`, :attr:`k` are the fused index groups (outermost first; every
+    member but the first has a fixed length), :attr:`a`/:attr:`b` the operand columns,
+    :attr:`rest` the other output indices, :attr:`red` the other reduction indices."""
+
+    a: int
+    b: int
+    x: tuple[str, ...]
+    y: tuple[str, ...]
+    k: tuple[str, ...]
+    rest: tuple[str, ...]
+    red: tuple[str, ...]
+
+
+def memory_orders(e: BatchedEinsum, c: int) -> list[list[str]]:
+    """The indices of operand *c* in memory order (innermost last), one list per factor."""
+    idx = list(e.in_indices[c])
+    return [idx if f.order == "C" else idx[::-1] for f in e.arguments[0][c]
+            if isinstance(f, Array)]
+
+
+def _fixed(e: BatchedEinsum, i: str) -> bool:
+    return isinstance(e.lengths[i], int)
+
+
+def _grow(e: BatchedEinsum, seed: str, orders: Sequence[Sequence[str]], allowed: set[str]
+          ) -> tuple[str, ...]:
+    """The run of *allowed* indices around *seed* adjacent (in the same order) in every
+    one of *orders*: fusable into one index when every member but the first is fixed."""
+    group = [seed]
+
+    def neighbour(i: str, step: int) -> str | None:
+        found = set()
+        for o in orders:
+            k = list(o).index(i) + step if i in o else -1  # not in an operand: alone
+            found.add(o[k] if 0 <= k < len(o) else None)
+        n = found.pop() if len(found) == 1 else None
+        return n if n in allowed and n not in group else None
+
+    while True:
+        before = neighbour(group[0], -1)
+        if before is not None and all(_fixed(e, i) for i in group):
+            group.insert(0, before)
+            continue
+        after = neighbour(group[-1], 1)
+        if after is not None and _fixed(e, after):
+            group.append(after)
+            continue
+        return tuple(group)
+
+
+def roles(e: BatchedEinsum) -> Roles | str:
+    """The GEMM view of *e*, or why it has none."""
+    if e.block_sparse is not None or e.reduction != "sum" or e.noperands != 2:
+        return "needs a dense two-operand sum"
+    if e.nrows != 1:
+        return "several rows (a batched einsum): use contraction"
+    if not all(isinstance(f, Array) for _, _, f in e.factors()):
+        return "formula operands: use generic"
+    if e.value_dtype(0).kind == "c":
+        return "complex values: use contraction"
+    if not e.reduction_indices or not e.out_indices:
+        return "needs a reduction index and an output index"
+    out = list(e.out_indices)
+    x = out[-1]
+    b = 0 if x in e.in_indices[0] else 1
+    a = 1 - b
+    if x in e.in_indices[a]:
+        return f"{x} indexes both operands (a batch index): not a GEMM tile"
+    only_a = [i for i in out if i in e.in_indices[a] and i not in e.in_indices[b]]
+    if not only_a:
+        return "operand A has no free output index"
+    only_b = {i for i in out if i in e.in_indices[b] and i not in e.in_indices[a]}
+    xs = _grow(e, x, [*memory_orders(e, b), out], only_b)
+    ys = _grow(e, only_a[-1], [*memory_orders(e, a), out], set(only_a))
+    k = str(main_reduction(e))
+    ks = _grow(e, k, [*memory_orders(e, a), *memory_orders(e, b)], set(e.reduction_indices))
+    return Roles(a, b, xs, ys, ks, tuple(i for i in out if i not in (*xs, *ys)),
+                 tuple(i for i in e.reduction_indices if i not in ks))
+
+
+def group_length(e: BatchedEinsum, group: Sequence[str]) -> Any:
+    """The fused length of *group* (an int, or ``c*n`` for a symbolic first member)."""
+    fixed = math.prod(int(e.lengths[i]) for i in group[1:])
+    first = e.lengths[group[0]]
+    return fixed * first if isinstance(first, int) else (
+        prim.Variable(first) if fixed == 1 else fixed * prim.Variable(first))
+
+
+def components(e: BatchedEinsum, group: Sequence[str], flat: Any) -> dict[str, Any]:
+    """Each member of *group* as an expression of the fused index *flat*."""
+    out: dict[str, Any] = {}
+    inner = 1
+    for n, i in enumerate(reversed(group)):
+        v = flat if inner == 1 else prim.FloorDiv(flat, inner)
+        out[i] = v if n == len(group) - 1 else prim.Remainder(v, int(e.lengths[i]))
+        inner *= int(e.lengths[i]) if n < len(group) - 1 else 1
+    return out
+
+
+# }}}
+
+
+# {{{ the kernel
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """A GEMM tiling (see the module docstring)."""
+
+    lx: int
+    ly: int
+    px: int
+    py: int
+    kt: int
+    vw: int = 1
+    split: int = 1
+    double_buffer: bool = False
+
+    @property
+    def bm(self) -> int:
+        return self.ly * self.py
+
+    @property
+    def bn(self) -> int:
+        return self.lx * self.px
+
+    @property
+    def threads(self) -> int:
+        return self.lx * self.ly
+
+    def pad(self, transposed: bool) -> int:
+        """Extra entries per local tile row: a copy that transposes (the operand's
+        contiguous axis is ``K``) writes ``kt`` rows at once; padding rows by ``BANKS/kt``
+        (at least ``vw``, keeping rows aligned to vectors) puts them in distinct banks."""
+        return max(self.vw, BANKS // self.kt) if transposed else 0
+
+    def local_entries(self, transposed_a: bool, transposed_b: bool) -> int:
+        """Entries of the local tiles (both buffers)."""
+        rows = self.kt * (2 if self.double_buffer else 1)
+        return rows * (self.bm + self.pad(transposed_a) + self.bn + self.pad(transposed_b))
+
+
+def transposes(e: BatchedEinsum, r: Roles, column: int) -> bool:
+    """Whether operand *column*'s contiguous axis is in ``K`` (its local copy transposes)."""
+    orders = memory_orders(e, column)
+    return bool(orders) and orders[0][-1] in r.k
+
+
+def _offset(lanes: int, vw: int, lid: Any, p: Any) -> Any:
+    """Where entry *p* of work-item *lid*'s register tile sits in a block of the tile:
+    runs of *vw* adjacent entries, one run per work-item, ``lanes * vw`` apart."""
+    return (p // vw) * (lanes * vw) + lid * vw + p % vw
+
+
+_V = prim.Variable
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One operand's tile: operand column, the fused index group it tiles besides ``K``,
+    that group's block (``BM`` or ``BN``), work-group index, local tile name, its rows'
+    padding, whether the copy transposes, the prefix of its inames and statements."""
+
+    col: int
+    group: tuple[str, ...]
+    length: Any
+    block: int
+    g: Any
+    tile: str
+    transposed: bool
+    tag: str
+
+
+def _entry(t: Tiling, sd: _Side, ktile: Any, buf: Any, f: Any, v: Any
+           ) -> tuple[Any, Any, Any, Any, frozenset[Any]]:
+    """Entry *v* of the run a work-item copies in round *f* of a copy of *sd*'s tile:
+    its row and ``K`` index in the operand, its place in the tile (buffer *buf*), its
+    offset in the tile's ``K`` rows, and the predicate of the work-items that copy."""
+    runs = sd.block // t.vw
+    flat = f * t.threads + _V("ly") * t.lx + _V("lx")
+    kk, m4 = (flat % t.kt, flat // t.kt) if sd.transposed else (flat // runs, flat % runs)
+    dest = (subscript(sd.tile, buf, kk, m4, v) if t.vw > 1 else subscript(sd.tile, buf, kk, m4))
+    preds = frozenset() if (t.kt * runs) % t.threads == 0 else frozenset(
+        {prim.Comparison(flat, "<", t.kt * runs)})
+    return sd.g * sd.block + m4 * t.vw + v, ktile * t.kt + kk, dest, kk, preds
+
+
+def _edges(t: Tiling, sd: _Side, lens: dict[str, Any]) -> tuple[bool, bool]:
+    """Whether *sd*'s copies may read past the operand: along its block (a length the
+    block may not divide), along ``K`` (a length the tiles times the slices may not)."""
+    return (not (isinstance(sd.length, int) and sd.length % sd.block == 0),
+            not (isinstance(lens["K"], int) and lens["K"] % (t.kt * t.split) == 0))
+
+
+def _masks(t: Tiling, sd: _Side, lens: dict[str, Any], within: frozenset[str]
+           ) -> tuple[list[Any], list[Any]]:
+    """Before the ``K`` loop, what of a work-item's copies lies inside the operand:
+    ``ok{tag}[round, entry]`` (1: its row is) and ``kl{tag}[round]`` (``K`` less the
+    run's offset in the tile rows), so that a copy only compares its tile's offset."""
+    edge_m, edge_k = _edges(t, sd, lens)
+    h = _V(f"h{sd.tag}")
+    u: Any = _V(f"u{sd.tag}") if t.vw > 1 else 0
+    gm, _, _, kk, preds = _entry(t, sd, 0, 0, h, u)
+    rounds, loops = copy_rounds(t, sd.block), {h.name} | ({f"u{sd.tag}"} if t.vw > 1 else set())
+    insns: list[Any] = []
+    temps: list[Any] = []
+    if edge_m:
+        shape = (rounds, t.vw) if t.vw > 1 else (rounds,)
+        temps.append(lp.TemporaryVariable(f"ok{sd.tag}", np.int32, shape=shape,
+                                          address_space=lp.AddressSpace.PRIVATE))
+        insns.append(lp.Assignment(
+            subscript(f"ok{sd.tag}", h, *((u,) if t.vw > 1 else ())),
+            prim.If(prim.Comparison(gm, "<", sd.length), 1, 0), id=f"ok_{sd.tag}",
+            within_inames=within | loops, predicates=preds))
+    if edge_k:
+        temps.append(lp.TemporaryVariable(f"kl{sd.tag}", np.int32, shape=(rounds,),
+                                          address_space=lp.AddressSpace.PRIVATE))
+        insns.append(lp.Assignment(subscript(f"kl{sd.tag}", h), lens["K"] - kk,
+                                   id=f"kl_{sd.tag}", within_inames=within | {h.name},
+                                   predicates=preds))
+    return insns, temps
+
+
+def _copy(e: BatchedEinsum, r: Roles, t: Tiling, sd: _Side, lens: dict[str, Any],
+          ktile: Any, buf: Any, within: frozenset[str], name: str, deps: frozenset[str],
+          suffix: str = "") -> list[Any]:
+    """Copy *sd*'s tile of K tile *ktile* to buffer *buf* of its local tile: every
+    work-item loads its entries (clamped into the operand, so unconditionally) into
+    registers ``r{tag}`` (statement ``{name}_ld``), zeros those outside the operand
+    (``{name}_zero``, by the masks of :func:`_masks`), then stores them to local memory
+    (``{name}``). A work-item copies runs of ``vw`` entries (the local tile's vectors) in
+    rounds ``i{tag}{suffix}`` (``s...`` for the stores), the entries of a run in
+    ``v{tag}{suffix}`` (``w...``)."""
+    dt = e.value_dtype(0)
+    edge_m, edge_k = _edges(t, sd, lens)
+
+    def loop(name: str) -> tuple[Any, set[str]]:  # no loop over the entries of a scalar
+        return (_V(name), {name}) if t.vw > 1 else (0, set())
+
+    def run(name: str, f: Any, v: Any) -> Any:
+        return subscript(name, f, v) if t.vw > 1 else subscript(name, f)
+
+    f = _V(f"i{sd.tag}{suffix}")
+    v, vl = loop(f"v{sd.tag}{suffix}")
+    gm, gk, _, _, preds = _entry(t, sd, ktile, buf, f, v)
+    idx = {**components(e, sd.group, prim.Min((gm, sd.length - 1)) if edge_m else gm),
+           **components(e, r.k, prim.Min((gk, lens["K"] - 1)) if edge_k else gk),
+           **{i: _V(i) for i in (*r.rest, *r.red)}}
+    out = [lp.Assignment(run(f"r{sd.tag}", f, v),
+                         _V(f"op{sd.col}_r0")(*(idx[i] for i in e.in_indices[sd.col])),
+                         id=f"{name}_ld", within_inames=within | {f.name} | vl,
+                         predicates=preds, depends_on=deps)]
+    inside = [*([prim.Comparison(run(f"ok{sd.tag}", f, v), "!=", 0)] if edge_m else []),
+              *([prim.Comparison(ktile * t.kt, "<", subscript(f"kl{sd.tag}", f))]
+                if edge_k else [])]
+    if inside:  # zero what lies outside, in the registers (the stores stay whole vectors)
+        reg = run(f"r{sd.tag}", f, v)
+        masks = {f"ok_{sd.tag}"} if edge_m else set()
+        out.append(lp.Assignment(
+            reg, prim.If(prim.LogicalAnd(tuple(inside)) if len(inside) > 1 else inside[0],
+                         reg, dt.type(0)),
+            id=f"{name}_zero", within_inames=within | {f.name} | vl, predicates=preds,
+            depends_on=frozenset({f"{name}_ld", *masks, *({f"kl_{sd.tag}"} if edge_k
+                                                          else ())})))
+    f = _V(f"s{sd.tag}{suffix}")
+    v, vl = loop(f"w{sd.tag}{suffix}")
+    _, _, dest, _, preds = _entry(t, sd, ktile, buf, f, v)
+    out.append(lp.Assignment(dest, run(f"r{sd.tag}", f, v), id=name,
+                             within_inames=within | {f.name} | vl, predicates=preds,
+                             depends_on=frozenset({out[-1].id})))
+    return out
+
+
+def copy_rounds(t: Tiling, block: int) -> int:
+    """Rounds of ``vw`` entries in which the work-items copy a ``kt x block`` tile."""
+    return -(-t.kt * block // (t.vw * t.threads))
+
+
+def gemm_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, r: Roles, t: Tiling
+                ) -> lp.TranslationUnit:
+    """The GEMM kernel of *e* (roles *r*, tiling *t*); see the module docstring."""
+    knl = kernel_of(t_unit)
+    dt = e.value_dtype(0)
+    lens = {g: group_length(e, grp) for g, grp in (("X", r.x), ("Y", r.y), ("K", r.k))}
+    sides = (_Side(r.a, r.y, lens["Y"], t.bm, _V("gy"), "tile_a", transposes(e, r, r.a), "a"),
+             _Side(r.b, r.x, lens["X"], t.bn, _V("gx"), "tile_b", transposes(e, r, r.b), "b"))
+    nbuf = 2 if t.double_buffer else 1
+    s = _V("gs") if t.split > 1 else 0
+    ktile = _V("q") * t.split + s  # the K tile of this round (slice s: s, s + split...)
+    groups = frozenset({"gx", "gy", "lx", "ly", *r.rest, *(["gs"] if t.split > 1 else [])})
+    outside = groups | set(r.red)  # the loops every copy sits in
+    body = outside | {"q"}
+    private, local = lp.AddressSpace.PRIVATE, lp.AddressSpace.LOCAL
+    temps: list[Any] = [lp.TemporaryVariable("acc", dt, shape=(t.py, t.px),
+                                             address_space=private)]
+    vec = (t.vw,) if t.vw > 1 else ()  # the local tiles' and fragments' vectors
+    tags = ["c"] * 3 + ["vec"] * len(vec)
+    full: Any = ",".join(tags)  # loopy parses dim_tags given as text
+    part: Any = ",".join(tags[2:])
+    for sd, n in zip(sides, (t.py, t.px), strict=True):
+        row = (sd.block + t.pad(sd.transposed)) // t.vw
+        temps += [lp.TemporaryVariable(f"f{sd.tag}", dt, shape=(n // t.vw, *vec),
+                                       dim_tags=part,
+                                       address_space=private),
+                  lp.TemporaryVariable(sd.tile, dt, shape=(nbuf, t.kt, row, *vec),
+                                       dim_tags=full, address_space=local),
+                  lp.TemporaryVariable(f"r{sd.tag}", dt,
+                                       shape=(copy_rounds(t, sd.block), *vec),
+                                       dim_tags=part, address_space=private)]
+    insns: list[Any] = [lp.Assignment(subscript("acc", _V("ipy"), _V("ipx")), dt.type(0),
+                                      id="init", within_inames=groups | {"ipx", "ipy"})]
+    for sd in sides:
+        more, tmp = _masks(t, sd, lens, groups)
+        insns += more
+        temps += tmp
+    cur: Any = 0
+    if t.double_buffer:  # tile 0 before the rounds, round q copies tile q + 1
+        for sd in sides:
+            insns += _copy(e, r, t, sd, lens, s, 0, outside, f"pro_{sd.tag}", frozenset(),
+                           suffix="0")
+        prologue = frozenset({"pro_a_ld", "pro_b_ld", "pro_a", "pro_b"})
+        cur = _V("q") % 2
+        for sd in sides:
+            insns += _copy(e, r, t, sd, lens, ktile + t.split, (_V("q") + 1) % 2, body,
+                           f"cp_{sd.tag}", prologue)
+        fetched = prologue | {"cp_a_ld", "cp_b_ld"}
+    else:
+        for sd in sides:
+            insns += _copy(e, r, t, sd, lens, ktile, 0, body, f"cp_{sd.tag}", frozenset())
+        fetched = frozenset({"cp_a", "cp_b"})
+    # the register tile's update: fragments of both tiles, then px*py unguarded FMAs
+    ku = _V("ku")
+    for sd, lanes, lid, p in ((sides[0], t.ly, "ly", "fra"), (sides[1], t.lx, "lx", "frb")):
+        run = _V(p) * lanes + _V(lid)  # run p of the work-item's vectors of the tile row
+        lane = (_V(f"{p}v"),) if t.vw > 1 else ()
+        insns.append(lp.Assignment(
+            subscript(f"f{sd.tag}", _V(p), *lane), subscript(sd.tile, cur, ku, run, *lane),
+            id=f"frag_{sd.tag}", within_inames=body | {"ku", p, *(f"{p}v" for _ in lane)},
+            depends_on=fetched,
+            no_sync_with=frozenset({(f"cp_{sd.tag}", "any")} if t.double_buffer else ())))
+
+    def frag(name: str, p: Any) -> Any:
+        return subscript(name, p // t.vw, p % t.vw) if t.vw > 1 else subscript(name, p)
+
+    pair = (frag("fa", _V("py")), frag("fb", _V("px")))
+    cell = subscript("acc", _V("py"), _V("px"))
+    insns.append(lp.Assignment(
+        cell, cell + prim.Product(pair if r.a == 0 else pair[::-1]), id="fma",
+        within_inames=body | {"ku", "py", "px"},
+        depends_on=frozenset({"init", "frag_a", "frag_b"})))
+    if t.double_buffer:  # the next tile's stores after this tile's reads, then one barrier
+        insns = [i.copy(depends_on=i.depends_on | {"fma"}, no_sync_with=frozenset(
+                     {(f"frag_{i.id[-1]}", "any")})) if i.id in ("cp_a", "cp_b") else i
+                 for i in insns]
+        insns.append(lp.BarrierInstruction(
+            "tile_end", synchronization_kind="local", mem_kind="local", within_inames=body,
+            depends_on=frozenset({"cp_a", "cp_b", "fma"})))
+    insns += _stores(e, r, t, lens)
+    if t.split > 1:
+        temps.append(lp.TemporaryVariable("slices", dt, shape=(t.split, lens["Y"], lens["X"]),
+                                          address_space=lp.AddressSpace.GLOBAL))
+    return _finish(knl, e, r, t, insns, temps, lens)
+
+
+def _stores(e: BatchedEinsum, r: Roles, t: Tiling, lens: dict[str, Any]) -> list[Any]:
+    """The accumulators to the output (inside it), or to the split-K slices and, after a
+    global barrier, their sums to the output."""
+    spy, spx = _V("spy"), _V("spx")
+    gm = _V("gy") * t.bm + _offset(t.ly, t.vw, _V("ly"), spy)
+    gn = _V("gx") * t.bn + _offset(t.lx, t.vw, _V("lx"), spx)
+    inside: Any = frozenset(  # none where fixed lengths are multiples of the blocks
+        prim.Comparison(g, "<", n) for g, n, block in ((gm, lens["Y"], t.bm),
+                                                       (gn, lens["X"], t.bn))
+        if not (isinstance(n, int) and n % block == 0))
+    cell = subscript("acc", spy, spx)
+    within = frozenset({"gx", "gy", "lx", "ly", *r.rest, "spx", "spy"})
+    if t.split == 1:
+        idx = {**components(e, r.y, gm), **components(e, r.x, gn),
+               **{i: _V(i) for i in r.rest}}
+        return [lp.Assignment(subscript("out0", *(idx[i] for i in e.out_indices)), cell,
+                              id="store", predicates=inside, within_inames=within,
+                              depends_on=frozenset({"fma"}))]
+    sm, sn = _V("sm"), _V("sn")
+    idx = {**components(e, r.y, sm), **components(e, r.x, sn)}
+    total = lp.Reduction("sum", ("ss",), subscript("slices", _V("ss"), sm, sn))
+    return [
+        lp.Assignment(subscript("slices", _V("gs"), gm, gn), cell, id="store",
+                      predicates=inside, depends_on=frozenset({"fma"}),
+                      within_inames=within | {"gs"}),
+        lp.BarrierInstruction("slices_done", synchronization_kind="global",
+                              depends_on=frozenset({"store"})),
+        lp.Assignment(subscript("out0", *(idx[i] for i in e.out_indices)), total,
+                      id="sum_slices", within_inames=frozenset({"sm", "sn"}),
+                      depends_on=frozenset({"slices_done"}))]
+
+
+def _affine(expr: Any) -> str:
+    from pymbolic.mapper.stringifier import StringifyMapper
+
+    return str(StringifyMapper()(expr))
+
+
+def _finish(knl: lp.LoopKernel, e: BatchedEinsum, r: Roles, t: Tiling, insns: list[Any],
+            temps: list[Any], lens: dict[str, Any]) -> lp.TranslationUnit:
+    """The kernel's domain, iname tags and options around *insns*."""
+    X, Y, K = (_affine(lens[g]) for g in ("X", "Y", "K"))
+    syms = sorted({str(n) for n in e.lengths.values() if isinstance(n, str)})
+    na, nb = copy_rounds(t, t.bm), copy_rounds(t, t.bn)
+    ranges = {"lx": t.lx, "ly": t.ly, "ku": t.kt,
+              **{n: t.px for n in ("px", "ipx", "spx")},
+              **{n: t.py for n in ("py", "ipy", "spy")},
+              "fra": t.py // t.vw, "frb": t.px // t.vw,
+              **({"frav": t.vw, "frbv": t.vw} if t.vw > 1 else {}),
+              **{i: e.lengths[i] for i in (*r.rest, *r.red)}}
+    ranges.update({"ha": na, "hb": nb, **({"ua": t.vw, "ub": t.vw} if t.vw > 1 else {})})
+    for sfx in ("", "0") if t.double_buffer else ("",):
+        ranges.update({f"{c}a{sfx}": na for c in "is"} | {f"{c}b{sfx}": nb for c in "is"}
+                      | {f"{c}{o}{sfx}": t.vw for c in "vw" for o in "ab" if t.vw > 1})
+    if t.split > 1:
+        ranges["gs"] = t.split
+    cons = [f"0 <= gx and {t.bn}*gx < {X}", f"0 <= gy and {t.bm}*gy < {Y}",
+            # every slice runs the same rounds (a tile past K reads zeros): a bound that
+            # depended on the slice would also keep slices without tiles from storing
+            f"0 <= q and {t.kt * t.split}*q < {K}"]
+    outer = ["lx", "ly", *r.rest, *r.red, *(["gs"] if t.split > 1 else [])]
+    cons += [f"0 <= {n} < {ranges[n]}" for n in outer]
+    names = ", ".join(["gx", "gy", "q", *outer])
+    params = f"[{', '.join(syms)}] -> " if syms else ""
+    # the short loops a domain each: isl's work grows fast with a domain's dimensions
+    domains = [f"{params}{{[{names}]: {' and '.join(cons)}}}",
+               *(f"{{[{n}]: 0 <= {n} < {v}}}" for n, v in ranges.items() if n not in outer)]
+    if t.split > 1:
+        domains.append(f"[{', '.join(syms)}] -> {{[sm, sn, ss]: 0 <= sm < {Y} and "
+                       f"0 <= sn < {X} and 0 <= ss < {t.split}}}")
+    new = lp.make_kernel(
+        domains, [*knl.substitutions.values(), *insns], [*knl.args, *temps],  # type: ignore[list-item]
+        name=knl.name,
+        target=knl.target, lang_version=(2018, 2), seq_dependencies=False,
+        silenced_warnings=["v1_scheduler_fallback", "write_race*", "read_no_write*"])
+    tags = {"gx": "g.0", "gy": "g.1", "lx": "l.0", "ly": "l.1",
+            **{n: "unr" for n in ranges if n not in ("lx", "ly", *r.rest, *r.red, "gs")},
+            "frav": "vec", "frbv": "vec",
+            **{f"w{o}{sfx}": "vec" for o in "ab" for sfx in ("", "0")}}
+    tags = {k: v for k, v in tags.items() if k in ranges or k in ("gx", "gy")}
+    if t.split > 1:
+        tags["gs"] = "g.2"
+    elif r.rest:
+        tags[r.rest[0]] = "g.2"
+    new = lp.tag_inames(new, tags)
+    if t.split > 1:
+        new = lp.split_iname(new, "sn", 64, outer_tag="g.0", inner_tag="l.0")
+        new = lp.tag_inames(new, {"sm": "g.1", "ss": "unr"})
+    order = [*r.rest[1:], *r.red, "q", "ku"]
+    new = lp.prioritize_loops(new, ",".join(order))
+    new = lp.set_options(new, enforce_variable_access_ordered="no_check",
+                         enforce_array_accesses_within_bounds="no_check")
+    return lp.assume(new, " and ".join(f"{s} >= 1" for s in syms)) if syms else new
+
+
+def local_entries(e: BatchedEinsum, r: Roles, t: Tiling) -> int:
+    """Entries of *t*'s local tiles for *e* (both buffers)."""
+    return t.local_entries(transposes(e, r, r.a), transposes(e, r, r.b))
+
+
+def register_budget(device: Any) -> int:
+    """32-bit registers a work-item's values may take on *device*."""
+    from feinsum.devices.info import GENERIC_GPU
+
+    regs = device.registers_per_work_item or GENERIC_GPU["registers_per_work_item"]
+    return int(regs) - RESERVED_REGISTERS
+
+
+def _estimate(e: BatchedEinsum, group: Sequence[str]) -> int:
+    """The length of *group* with :data:`SYMBOLIC_GUESS` for a symbolic member."""
+    return math.prod(n if isinstance(n, int) else SYMBOLIC_GUESS
+                     for n in (e.lengths[i] for i in group))
+
+
+def default_tiling(e: BatchedEinsum, r: Roles, device: Any) -> Tiling:
+    """The default GEMM tiling on *device*: 16 x 16 work-items (fewer where the device
+    allows fewer) with 4 x 4 register tiles in runs of 4 (64 x 64 blocks: the tile whose
+    vector local loads keep the local-memory pipe below the FMAs while giving a 1024^2
+    output 256 work-groups), smaller where the registers do not hold them; ``kt`` 16 (8,
+    4... where local memory is short), double-buffered; split-K over a fixed reduction
+    when the output (symbolic lengths taken as :data:`SYMBOLIC_GUESS`) has fewer blocks
+    than twice the compute units, in slices of at least :data:`SLICE_DEPTH`."""
+    most = min(DEFAULT_THREADS, device.max_work_group_size)
+    lx = min(16, most, device.max_work_item_sizes[0])
+    ly = max(1, min(most // lx, device.max_work_item_sizes[1]))
+    px = py = 4
+    t = Tiling(lx, ly, px, py, 16, 4, 1, True)
+    while value_registers(e, t) > register_budget(device) and t.px * t.py > 1:
+        px, py = (px // 2, py) if px >= py else (px, py // 2)
+        t = Tiling(lx, ly, px, py, 16, min(4, px, py), 1, True)
+    size = dtype_size(e)
+    while local_entries(e, r, t) * size > device.local_mem_size and t.kt > K_TILES[0]:
+        t = Tiling(lx, ly, t.px, t.py, t.kt // 2, t.vw, 1, True)
+    k = group_length(e, r.k)
+    if r.rest or not isinstance(k, int):
+        return t
+    blocks = -(-_estimate(e, r.y) // t.bm) * -(-_estimate(e, r.x) // t.bn)
+    want = -(-2 * device.compute_units // blocks)
+    split = 1
+    while split < want and 2 * split <= min(k // SLICE_DEPTH, SPLITS[-1]):
+        split *= 2
+    return Tiling(lx, ly, t.px, t.py, t.kt, t.vw, split, True)
+
+
+def value_registers(e: BatchedEinsum, t: Tiling) -> int:
+    """32-bit registers a work-item's values take: accumulators, fragments and the
+    entries it copies."""
+    copied = (copy_rounds(t, t.bm) + copy_rounds(t, t.bn)) * t.vw
+    n = t.px * t.py + t.px + t.py + copied
+    return n * dtype_size(e) // 4
+
+# vim: foldmethod=marker

@@ -1,0 +1,178 @@
+"""Candidates measured in the performance model's order (:class:`Predicted`).
+
+On a GPU the performance model describes (:func:`feinsum.prediction.hardware_for`), the
+tuner's ``auto`` strategy ranks a pool of each recipe's configurations by their predicted
+time before measuring any: the recipe's default and random valid configurations, up to
+:func:`pool_size` of them, predicted for at most :data:`RANKING_SECONDS` (what is not
+predicted by then, or cannot be, follows in its random order). The budget is then spent on
+the best-predicted first; when the pool is spent, random configurations follow.
+
+The predictions run in a pool of spawned processes (the tuner's ``workers``) with the hash
+seed the timing workers generate code with (:data:`feinsum.timing.isolation.CODE_HASH_SEED`:
+loopy's code for some kernels depends on it), so the code predicted is the code timed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from feinsum.recipes import Config, ParameterSpace
+from feinsum.tuning.strategies import RandomSearch, Strategy
+
+#: Seconds one recipe's ranking may take (a prediction takes about one to five).
+RANKING_SECONDS = 20.0
+
+#: predicted seconds of each configuration (None: not predicted) within a time budget
+Predictor = Callable[[Sequence[Mapping[str, Any]], float], list[float | None]]
+
+
+def pool_size(share: int | None) -> int:
+    """Configurations ranked for a recipe whose share of the budget is *share*."""
+    return max(12, 4 * (share or 4))
+
+
+class Predicted(Strategy):
+    """The default and random configurations, best predicted first (*predictor*: the
+    configurations' predicted seconds within a time budget, None for those it cannot
+    predict)."""
+
+    name = "predicted"
+
+    def __init__(self, space: ParameterSpace, *, predictor: Predictor, pool: int = 16,
+                 seconds: float | None = None, **kwargs: Any) -> None:
+        super().__init__(space, **kwargs)
+        self.predictor = predictor
+        self.pool = pool
+        #: seconds of predictions (default :data:`RANKING_SECONDS`)
+        self.seconds = RANKING_SECONDS if seconds is None else seconds
+        self._random = RandomSearch(space, seed=self.seed, default=self.default,
+                                    measured=set(self.seen))
+        self._ranked: Iterator[Config] | None = None
+        #: (configuration, predicted seconds or None) in the order they will be measured
+        self.ranking: list[tuple[Config, float | None]] = []
+
+    def rank(self) -> list[tuple[Config, float | None]]:
+        """The pool, best predicted first (computed once)."""
+        if self._ranked is None:
+            pool: list[Config] = []
+            while len(pool) < self.pool:
+                config = self._random.ask()
+                if config is None:
+                    break
+                pool.append(config)
+            times = self.predictor(pool, self.seconds)
+            scored = [(t if t is not None else math.inf, i, c, t)
+                      for i, (c, t) in enumerate(zip(pool, times, strict=True))]
+            scored.sort(key=lambda s: (s[0], s[1]))
+            self.ranking = [(c, t) for _, _, c, t in scored]
+            self._ranked = iter([c for c, _ in self.ranking])
+        return self.ranking
+
+    def ask(self) -> Config | None:
+        self.rank()
+        if self._ranked is not None:
+            for config in self._ranked:
+                if self._fresh(config):
+                    return self._take(config)
+        while True:
+            nxt = self._random.ask()
+            if nxt is None:
+                return None
+            if self._fresh(nxt):
+                return self._take(nxt)
+
+
+def predictor_for(recipe: Any, spec: Any, device: Any, lengths: Mapping[str, int],
+                  workers: int = 1) -> Predictor | None:
+    """A :data:`Predictor` of *recipe*'s configurations of canonical *spec* at *lengths* on
+    *device* (a ``DeviceInfo``), in *workers* spawned processes (1: in this one); None when
+    the performance model does not describe the device (a CPU, a GPU without a model)."""
+    from feinsum.errors import FeinsumError
+    from feinsum.prediction import hardware_for
+
+    try:
+        hardware_for(device)
+    except FeinsumError:
+        return None
+    from feinsum.spec.serialize import spec_to_json
+
+    name, source, version = recipe.name, str(recipe.source_path or ""), recipe.version
+    spec_json = spec_to_json(spec)
+
+    def predict(configs: Sequence[Mapping[str, Any]], seconds: float) -> list[float | None]:
+        deadline = time.monotonic() + seconds
+        if workers <= 1:
+            return [_predict_here(recipe, spec, device, lengths, c)
+                    if time.monotonic() < deadline else None for c in configs]
+        pool = _executor(workers)
+        futures = [pool.submit(_predict_job, name, source, version, spec_json, device,
+                               dict(lengths), dict(c)) for c in configs]
+        done, late = concurrent.futures.wait(futures, max(0.0, deadline - time.monotonic()))
+        for f in late:
+            f.cancel()
+        return [f.result() if f in done and f.exception() is None else None
+                for f in futures]
+
+    return predict
+
+
+def _predict_here(recipe: Any, spec: Any, device: Any, lengths: Mapping[str, int],
+                  config: Mapping[str, Any]) -> float | None:
+    from feinsum.prediction import predict_configuration
+
+    try:
+        return predict_configuration(recipe, spec, config, device, lengths).seconds
+    except Exception:  # a configuration the model cannot read: measured unranked
+        return None
+
+
+def _predict_job(name: str, source: str, version: str, spec_json: dict[str, Any], device: Any,
+                 lengths: Mapping[str, int], config: Mapping[str, Any]) -> float | None:
+    """One prediction in a worker process: the recipe loaded again (by name, from its
+    directory), None if that is not the same version."""
+    from pathlib import Path
+
+    from feinsum.recipes import get_recipe
+    from feinsum.spec.serialize import spec_from_json
+
+    try:
+        recipe = get_recipe(name, [str(Path(source).parent)] if source else None)
+    except Exception:
+        return None
+    if recipe.version != version:
+        return None
+    return _predict_here(recipe, spec_from_json(spec_json), device, lengths, config)
+
+
+_EXECUTORS: dict[int, concurrent.futures.ProcessPoolExecutor] = {}
+
+
+def _executor(workers: int) -> concurrent.futures.ProcessPoolExecutor:
+    """A pool of *workers* spawned processes with the timing workers' hash seed (kept for
+    the process's lifetime: the next tuning run reuses it warm)."""
+    if workers not in _EXECUTORS:
+        import atexit
+        import multiprocessing
+
+        from feinsum.timing.isolation import CODE_HASH_SEED
+
+        before = os.environ.get("PYTHONHASHSEED")
+        os.environ["PYTHONHASHSEED"] = CODE_HASH_SEED  # read by the processes it spawns
+        try:
+            pool = concurrent.futures.ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("spawn"))
+            # every process started now, under this seed (they are spawned on demand)
+            concurrent.futures.wait([pool.submit(time.sleep, 0.5) for _ in range(workers)])
+        finally:
+            if before is None:
+                os.environ.pop("PYTHONHASHSEED", None)
+            else:
+                os.environ["PYTHONHASHSEED"] = before
+        _EXECUTORS[workers] = pool
+        atexit.register(pool.shutdown, wait=False, cancel_futures=True)
+    return _EXECUTORS[workers]

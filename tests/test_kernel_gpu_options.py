@@ -1,0 +1,64 @@
+"""tiled_1d's GPU options, one at a time on top of a GPU model's default, generated for the
+model and run on the CPU device against evaluate at lengths that end in a partial tile, a
+whole number of tiles, and a single point (the kernel workloads: every reduction kind)."""
+
+from __future__ import annotations
+
+import pytest
+from gpu_model_cases import cpu_fit, recipes, specs
+
+from feinsum.devices.models import MODELS
+from feinsum.devices.opencl import device_info
+from feinsum.lowering.reduction_updates import MATH_MODES
+from feinsum.recipes.testing import check_configuration
+
+#: Each option changed alone from the H100 default (K 128, 2 rows, unroll 8, peeled,
+#: packed, native_exp2).
+VARIATIONS = [{"peel": False}, {"pack": False}, {"rows": 1, "unroll": 16},
+              {"rows": 4, "unroll": 4}, {"unroll": 1}, {"K": 32, "unroll": 32},
+              *({"math": m} for m in MATH_MODES if m != "native_exp2")]
+WORKLOADS = ["gaussian", "gaussian4", "softmin", "nearest"]
+
+
+@pytest.mark.parametrize("variation", VARIATIONS, ids=lambda v: "-".join(
+    f"{k}{x}" for k, x in v.items()))
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_tiled_1d_option_on_h100(workload: str, variation: dict, cl_queue) -> None:  # type: ignore[type-arg, no-untyped-def]
+    model = MODELS["h100"].info
+    fit = cpu_fit(model, device_info(cl_queue.device))
+    if fit:
+        pytest.skip(f"does not fit the CPU device: {fit}")
+    r, e = recipes()["tiled_1d"], specs()[workload]
+    default = r.default(e, model)
+    assert default["peel"] and default["pack"] and default["rows"] > 1
+    params = r.check({**default, **variation}, e, model)
+    syms = e.length_symbols
+    lengths = ({s: 301 for s in syms}, {s: 256 for s in syms}, {s: 1 for s in syms})
+    err = check_configuration(r, e, params, lengths, cl_queue, device=model)
+    assert err is None, f"{workload} {params}: {err}"
+
+
+def test_configurations_of_before_the_options_keep_their_code() -> None:
+    """The shipped records of tiled_1d and tiled_2d, measured before their GPU options
+    (``unroll`` a boolean, no ``rows``/``peel``/``pack``/``math``), are upgraded to the plain
+    kernel they ran: their code fingerprints are unchanged, so revalidation keeps them."""
+    import json
+    from pathlib import Path
+
+    from feinsum.devices.opencl import DeviceInfo
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.spec.serialize import spec_from_json
+    from feinsum.timing.fingerprint import code_fingerprint
+
+    lines = [json.loads(x) for p in sorted(Path(__file__).parents[1].glob("db/*.jsonl"))
+             for x in p.read_text().splitlines()]
+    device = DeviceInfo.from_dict(next(d["info"] for d in lines if d["type"] == "device"))
+    spec_text = {d["canonical_key"]: json.dumps(d["spec"]) for d in lines
+                 if d["type"] == "einsum"}
+    old = [d for d in lines if d["type"] == "measurement" and d["code_fingerprint"]
+           and d["recipe"] in ("tiled_1d", "tiled_2d") and "math" not in d["params"]]
+    assert {d["recipe"] for d in old} == {"tiled_1d"}, "the shipped records changed: adapt"
+    for d in old:
+        e = spec_from_json(spec_text[d["einsum"]])
+        t = recipes()[d["recipe"]].apply(generate_loopy(e), d["params"], e, device)
+        assert code_fingerprint(t, device) == d["code_fingerprint"], d["params"]

@@ -1,0 +1,255 @@
+"""The dg_nodes recipe (the GPU layout of :mod:`feinsum.toolbox.nodes`): random valid
+configurations for GPU models match feinsum.evaluate on the CPU device (float32 and
+float64, node counts and element counts that are multiples of no tile, batches), the plan
+and sizes of :mod:`feinsum.toolbox.node_plan`, the constraints naming the device's limit,
+and the structure of the code: every global access coalesced along ``l.0``, fewer
+local-memory loads than multiply-adds, no private array indexed by a rolled loop."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_recipe_dg_transposed import specs  # small members: 19, 9, 16, 6 nodes
+
+import feinsum as fs
+from feinsum.devices.models import MODELS
+from feinsum.errors import InvalidConfigurationError
+from feinsum.spec.canonical import canonicalize
+from feinsum.toolbox import dense as td
+from feinsum.toolbox import node_plan as tp
+from feinsum.tuning.workloads import workloads
+
+TRANSFORMS = Path(__file__).resolve().parents[1] / "transforms"
+H100 = MODELS["h100"].info
+
+
+@functools.cache
+def recipe():  # type: ignore[no-untyped-def]
+    from feinsum.recipes import load_recipe_file
+
+    return load_recipe_file(TRANSFORMS / "dg_nodes.py")
+
+
+@functools.cache
+def reference(name: str) -> fs.BatchedEinsum:
+    return canonicalize(workloads(small=True)[name].spec)
+
+
+# {{{ results on the CPU device
+
+
+@pytest.mark.parametrize("dt, model", [("float32", "mi250x"), ("float64", "h100"),
+                                       ("float64", "max1550")])
+def test_random_configurations_match_evaluate(dt, model, cl_queue):  # type: ignore[no-untyped-def]
+    """Sampled configurations for a GPU model (and its default), run on the CPU device
+    at odd element counts (a partial block, a partial grid-stride loop)."""
+    from gpu_model_cases import pocl_build_options, with_build_options
+
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.recipes.testing import check_configuration
+
+    dev, rng = MODELS[model].info, np.random.default_rng(31)
+    cases = []
+    for k, s in enumerate(specs(dt)):
+        e = canonicalize(s)
+        sym = e.length_symbols[0]
+        space = recipe().space(e, dev)
+        configs = [recipe().default(e, dev), *space.sample(rng, n=2)]
+        for params in configs:
+            t = with_build_options(recipe().apply(generate_loopy(e), params, e, dev),
+                                   pocl_build_options("dg_nodes", params))
+            err = check_configuration(recipe(), e, params, ({sym: 37 + k}, {sym: 1001}),
+                                      cl_queue, device=dev, t_unit=t)
+            cases.append((e, params, err))
+    bad = [f"{e} {p}: {err}" for e, p, err in cases if err]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("params", [
+    {"node_lanes": 35, "rows": 8, "elements": 1, "operator": "registers", "groups": 132},
+    {"node_lanes": 4, "rows": 8, "elements": 3, "operator": "local", "groups": 264},
+    {"node_lanes": 5, "rows": 4, "elements": 2, "operator": "local", "groups": 0},
+])
+def test_local_operator_variants(params, cl_queue):  # type: ignore[no-untyped-def]
+    """The operator kept in registers, a grid-stride loop over the blocks, a tile of 3
+    elements: the local operator at E = 73 and 1001."""
+    from gpu_model_cases import pocl_build_options, with_build_options
+
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.recipes.testing import check_configuration
+
+    e = reference("local_x4")
+    cfg = {**recipe().default(e, H100), **params, "rows_per_pass": 2}
+    recipe().space(e, H100).validate(cfg)
+    t = with_build_options(recipe().apply(generate_loopy(e), cfg, e, H100),
+                           pocl_build_options("dg_nodes", cfg))
+    assert check_configuration(recipe(), e, cfg, ({"n0": 73}, {"n0": 1001}), cl_queue,
+                               device=H100, t_unit=t) is None
+
+
+# }}}
+
+
+# {{{ the plan
+
+
+def test_stage_lanes_and_access_modes() -> None:
+    div, grad, local = reference("divergence"), reference("gradient"), reference("local")
+    s = td.element_stages(div, 2)  # W[r,j] = J u, then D W
+    assert [tp.stage_lane(div, s, k) for k in range(2)] == ["i4", "i1"]
+    assert not tp.kept_private(div, s, 0)  # every node reduces W over j: local memory
+    assert [tp.access(div, s, c, False) for c in range(3)] == ["broadcast", "lanes", "local"]
+    g = td.element_stages(grad, 2)  # V[r,i] = D u, then J V: both along i
+    assert tp.kept_private(grad, g, 0)
+    assert [tp.access(grad, g, c, True) for c in range(3)] == ["registers", "staged", "broadcast"]
+    one = td.element_stages(local, None)
+    assert tp.fetch_dims(local, one, 0, 0, False) == ("t",)  # D[i,j]: along the nodes
+    assert tp.fetch_dims(local, one, 0, 1, False) == ("n",)  # u[e,j]: per element
+    assert tp.fetch_dims(local, one, 0, 0, True) is None  # in registers already
+
+
+def test_lane_options_and_padding() -> None:
+    e = reference("local")
+    assert tp.lane_options(e) == [1, 2, 4, 5, 7, 8, 16, 32, 35]
+    one = td.element_stages(e, None)
+    # 35 nodes in 2 chunks of 32: a partial chunk reads 29 rows of 35 past the operator
+    assert tp.operator_entries(e, one, 0, 32) == 35 * 35 + 29 * 35
+    assert tp.operator_entries(e, one, 0, 7) == 35 * 35
+
+
+def test_sizes() -> None:
+    e = reference("divergence_x4")
+    s = td.element_stages(e, 2)
+    lay = tp.NodeLayout(lanes=16, rows=4, elements=4, rows_per_pass=2)
+    # D (3x35x35, 16-lane chunks: padding of 13 rows) and W per row of a pass; J[x,r,e]
+    # is read from global memory (e its contiguous axis: a subgroup's rows are one run)
+    assert tp.local_entries(e, s, lay) == (3675 + 13 * 35) + 2 * 105 * 16
+    assert tp.accumulators(e, s, 1, lay) == 2 * 4 * 3  # rows x elements x chunks
+    assert tp.unrolled_statements(e, s, lay) < tp.MAX_UNROLLED
+    assert tp.registers(e, s, lay) > tp.BASE_REGISTERS
+
+
+def test_reasons() -> None:
+    assert recipe().applies(reference("local"), MODELS["h100"].info) is None
+    cpu = dataclasses.replace(H100, device_type="CPU")
+    assert "GPU layout" in str(recipe().applies(reference("local"), cpu))
+    assert "element index" in str(recipe().applies(reference("gemm"), H100))
+    f = fs.einsum("ij,ej->ei", fs.array("D", (5, 5)), fs.array("u", ("E", 5), order="F"))
+    assert "C-order" in str(tp.node_reason(canonicalize(f)))
+
+
+def test_a_configuration_that_does_not_fit_names_the_limit() -> None:
+    e = reference("divergence_x4")
+    cfg = {**recipe().default(e, H100), "rows": 64, "elements": 8, "node_lanes": 4}
+    with pytest.raises(InvalidConfigurationError, match="local_mem_size"):
+        recipe().space(e, H100).validate(cfg)
+    cfg = {**recipe().default(e, H100), "node_lanes": 35, "rows": 2, "elements": 8,
+           "rows_per_pass": 4}
+    with pytest.raises(InvalidConfigurationError, match="registers_per_work_item"):
+        recipe().space(e, H100).validate(cfg)
+    cfg = {**recipe().default(e, H100), "node_lanes": 35, "rows": 32}
+    with pytest.raises(InvalidConfigurationError, match="work_group_size"):
+        recipe().space(e, H100).validate(cfg)
+
+
+def test_default_uses_the_device_limits() -> None:
+    """Defaults differ where the limits do, and fit each model."""
+    e = reference("divergence")
+    seen = {}
+    for m in ("h100", "mi250x", "max1550"):
+        dev = MODELS[m].info
+        p = recipe().default(e, dev)
+        recipe().space(e, dev).validate(p)
+        seen[m] = (p["node_lanes"], p["rows"], p["elements"])
+        lay = tp.NodeLayout(p["node_lanes"], p["rows"], p["elements"], p["rows_per_pass"],
+                            p["operator"] == "registers", p["groups"], p["split"])
+        assert tp.local_entries(e, td.element_stages(e, p["last"]), lay) * 8 <= (
+            dev.local_mem_size)
+    assert len(set(seen.values())) > 1, seen
+
+
+# }}}
+
+
+# {{{ the code
+
+
+def _structure(t_unit: Any, e: fs.BatchedEinsum) -> dict[str, float]:
+    """Per element at E = 50000: global accesses whose l.0 stride is not 0 or 1, local
+    loads, multiply-adds (subgroups of 32)."""
+    import loopy as lp
+
+    params = {s: 50000 for s in e.length_symbols}
+    out = {"uncoalesced": 0.0, "local_loads": 0.0, "fma": 0.0}
+    for k, v in lp.get_mem_access_map(t_unit, subgroup_size=32).items():
+        n = v.eval_with_dict(params) / 50000
+        if k.mtype == "global" and dict(k.lid_strides).get(0, 0) not in (0, 1):
+            out["uncoalesced"] += n
+        if k.mtype == "local" and k.direction == "load":
+            out["local_loads"] += n
+    for k, v in lp.get_op_map(t_unit, subgroup_size=32).items():
+        if k.name == "mul" and k.dtype.numpy_dtype.kind == "f":
+            out["fma"] += v.eval_with_dict(params) / 50000
+    return out
+
+
+def _private_indexed_by_rolled_loops(t_unit: Any) -> list[str]:
+    """Private arrays indexed by an iname that is not unrolled (they would go to the
+    stack)."""
+    import loopy as lp
+    from loopy.kernel.data import UnrollTag
+    from pymbolic.mapper import WalkMapper
+
+    from feinsum.toolbox.core import kernel_of
+
+    knl = kernel_of(t_unit)
+    private = {n for n, t in knl.temporary_variables.items()
+               if t.address_space == lp.AddressSpace.PRIVATE and t.shape}
+    bad: list[str] = []
+
+    class Walk(WalkMapper):  # type: ignore[misc]
+        def map_subscript(self, expr: Any, *args: Any) -> None:
+            if expr.aggregate.name in private:
+                deps = lp.symbolic.get_dependencies(expr.index) & set(knl.inames)
+                rolled = [i for i in deps if not knl.iname_tags_of_type(i, UnrollTag)]
+                if rolled:
+                    bad.append(f"{expr} ({', '.join(rolled)})")
+            super().map_subscript(expr, *args)
+
+    for insn in knl.instructions:
+        Walk()(insn.expression)
+        Walk()(insn.assignee)
+    return bad
+
+
+def test_the_structure_checks_can_fail() -> None:
+    """generic's GPU default reads the operator along l.0 with a stride of 35."""
+    from feinsum.lowering.kernel import generate_loopy
+
+    e, g = reference("local"), fs.get_recipe("generic")
+    t = g.apply(generate_loopy(e), g.default(e, H100), e, H100)
+    assert _structure(t, e)["uncoalesced"] > 0
+
+
+@pytest.mark.parametrize("name", ["local", "divergence", "gradient", "face_mass",
+                                  "divergence_x4"])
+def test_default_code_is_coalesced_and_register_tiled(name: str) -> None:
+    from feinsum.lowering.kernel import generate_loopy
+
+    e = reference(name)
+    p = recipe().default(e, H100)
+    t = recipe().apply(generate_loopy(e), p, e, H100)
+    s = _structure(t, e)
+    assert s["uncoalesced"] == 0, s
+    assert s["local_loads"] < s["fma"], s  # each loaded value feeds several accumulators
+    assert not _private_indexed_by_rolled_loops(t)
+
+
+# }}}
+
+# vim: foldmethod=marker

@@ -1,0 +1,235 @@
+"""The gemm_gpu recipe (feinsum.toolbox.gemm): the GEMM view of contractions (fused index
+groups), random valid configurations for GPU models run on the CPU device against
+feinsum.evaluate (float32 and float64, lengths that are multiples of no tile), the
+structure of the generated code (no guard in the unrolled FMA body, vector local loads,
+one barrier per K tile when double-buffered, split-K as two kernels), the defaults and
+the constraints."""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import pytest
+
+import feinsum as fs
+from feinsum.devices.models import get_model
+from feinsum.errors import InvalidConfigurationError
+from feinsum.spec.canonical import canonicalize
+
+TRANSFORMS = Path(__file__).resolve().parents[1] / "transforms"
+
+
+@functools.cache
+def recipe():  # type: ignore[no-untyped-def]
+    from feinsum.recipes import load_recipe_file
+
+    return load_recipe_file(TRANSFORMS / "gemm_gpu.py")
+
+
+def specs(dt: str) -> dict[str, fs.BatchedEinsum]:
+    a = fs.array
+    return {
+        "gemm": fs.einsum("ik,kj->ij", a("A", ("M", "K"), dt), a("B", ("K", "N"), dt)),
+        "gemm_f": fs.einsum("ik,kj->ij", a("A", ("M", "K"), dt, order="F"),
+                            a("B", ("K", "N"), dt, order="F")),
+        "ttm": fs.einsum("ijkl,mi->mjkl", a("T", (9, 5, 3, 7), dt), a("W", ("Q", 9), dt)),
+        "ttm_long": fs.einsum("ijkl,mi->mjkl", a("T", (9, 5, 3, "L"), dt),
+                              a("W", ("Q", 9), dt)),
+        "two_index": fs.einsum("ijk,jkl->il", a("A", ("I", 6, 5), dt),
+                               a("B", (6, 5, "L"), dt)),
+        "crossed": fs.einsum("ijk,kjl->il", a("A", ("I", 6, 5), dt), a("B", (5, 6, "L"), dt)),
+        "batched": fs.einsum("bcij,bcjk->bcik", a("A", (3, 2, "I", "J"), dt),
+                             a("B", (3, 2, "J", "K"), dt)),
+        "rows": fs.einsum("abk,kc->abc", a("A", ("P", 7, "K"), dt), a("B", ("K", "N"), dt)),
+    }
+
+
+def _roles(name: str):  # type: ignore[no-untyped-def]
+    from feinsum.toolbox import gemm as tg
+
+    e = canonicalize(specs("float32")[name])
+    r = tg.roles(e)
+    assert not isinstance(r, str), r
+    # back to the spec's own index names, through the canonical renaming
+    iso = fs.isomorphism(e, specs("float32")[name]).indices
+    return {k: tuple(iso[i] for i in getattr(r, k)) for k in ("x", "y", "k", "rest", "red")}
+
+
+def test_roles_fuse_the_contiguous_indices() -> None:
+    assert _roles("gemm") == {"x": ("j",), "y": ("i",), "k": ("k",), "rest": (), "red": ()}
+    # out[m, jkl] = W[m, i] T[i, jkl]: a (Q x 105 x 9) GEMM
+    assert _roles("ttm")["x"] == ("j", "k", "l")
+    # a symbolic length can only lead a fused group: l alone, j and k batch the GEMM
+    assert _roles("ttm_long") == {"x": ("l",), "y": ("m",), "k": ("i",), "rest": ("j", "k"),
+                                  "red": ()}
+    assert _roles("two_index")["k"] == ("j", "k")
+    crossed = _roles("crossed")  # j, k adjacent in A but in the other order in B
+    assert len(crossed["k"]) == 1 and len(crossed["red"]) == 1
+    assert _roles("batched")["rest"] == ("b", "c")
+    assert _roles("rows")["y"] == ("a", "b")
+
+
+def test_applies_to_two_operand_contractions_on_gpus(cl_device) -> None:  # type: ignore[no-untyped-def]
+    r, h100 = recipe(), get_model("h100")
+    for e in specs("float32").values():
+        assert r.applies(canonicalize(e), h100) is None
+    assert "GPU" in r.applies(canonicalize(specs("float32")["gemm"]), cl_device)
+    a = fs.array
+    shared = fs.einsum("ik,jk->k", a("A", (3, 5)), a("B", (6, 5)))
+    assert "both operands" in r.applies(canonicalize(shared), h100)
+    three = fs.einsum("ij,jk,kl->il", a("A", (5, 6)), a("B", (6, 7)), a("C", (7, 8)))
+    assert "two-operand" in r.applies(canonicalize(three), h100)
+    rows = fs.batched_einsum("ik,kj->ij", [[a("A", (5, 6)), a("B", (6, 7))],
+                                           [a("C", (5, 6)), a("D", (6, 7))]])
+    assert "several rows" in r.applies(canonicalize(rows), h100)
+
+
+@pytest.mark.parametrize("dt, model", [("float32", "h100"), ("float64", "mi250x")])
+def test_random_configurations_match_evaluate(dt, model, cl_queue):  # type: ignore[no-untyped-def]
+    """Random valid configurations of work-groups up to 256 and unrolled bodies up to 256
+    FMAs (the whole space: the slow sweep), round-robin over the specs."""
+    import numpy as np
+
+    from feinsum.recipes import Constraint
+    from feinsum.recipes.testing import check_configuration, sample_lengths
+
+    dev, rng = get_model(model), np.random.default_rng(31 if dt == "float32" else 32)
+    small = Constraint("test_size", lambda p: p["lx"] * p["ly"] <= 256
+                       and p["px"] * p["py"] * p["kt"] <= 256, "quick on PoCL")
+    bad = []
+    for name, spec in specs(dt).items():
+        e = canonicalize(spec)
+        (params,) = recipe().space(e, dev).constrain(small).sample(rng, n=1)
+        err = check_configuration(recipe(), e, params, sample_lengths(e, rng), cl_queue,
+                                  device=dev)
+        if err:
+            bad.append(f"{name} {params}: {err}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+@pytest.mark.parametrize("model", ["h100", "mi250x", "max1550", "m2max"])
+def test_sweep(dt, model, cl_queue):  # type: ignore[no-untyped-def]
+    from feinsum.recipes.testing import assert_all_ok, check_random_configurations
+
+    dev = get_model(model)
+    if not dev.has_fp64 and dt == "float64":
+        pytest.skip(f"{model} has no float64")
+    cases = check_random_configurations(recipe(), list(specs(dt).values()), cl_queue, n=40,
+                                        seed=5, device=dev)
+    assert_all_ok(cases)
+
+
+@pytest.mark.parametrize("params", [
+    {"split": 4, "double_buffer": False, "vw": 1, "px": 1, "kt": 4},
+    {"split": 2, "double_buffer": True, "vw": 2, "px": 2, "py": 2, "kt": 2},
+])
+def test_split_k_with_slices_without_tiles(params, cl_queue) -> None:  # type: ignore[no-untyped-def]
+    """More slices than K tiles at some lengths: the empty slices still store zeros."""
+    from feinsum.recipes.testing import check_configuration
+
+    h100, e = get_model("h100"), canonicalize(specs("float32")["gemm"])
+    cfg = {**recipe().default(e, h100), "lx": 4, "ly": 4, **params}
+    lengths = [{s: n for s in e.length_symbols} for n in (1, 5, 37)]
+    assert check_configuration(recipe(), e, cfg, lengths, cl_queue, device=h100) is None
+
+
+def _code(name: str, model: str = "h100", **params) -> str:  # type: ignore[no-untyped-def]
+    import loopy as lp
+
+    from feinsum.lowering.kernel import generate_loopy
+
+    e, dev = canonicalize(specs("float32")[name]), get_model(model)
+    cfg = {**recipe().default(e, dev), **params}
+    return str(lp.generate_code_v2(recipe().apply(generate_loopy(e), cfg, e, dev))
+               .device_code())
+
+
+def _k_loop(code: str) -> str:
+    """The body of the K-tile loop (``for (int q ...) { ... }``)."""
+    start = code.index("{", code.index("for (int q"))
+    depth = 0
+    for n, ch in enumerate(code[start:], start):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if depth == 0:
+            return code[start:n]
+    raise AssertionError("unbalanced braces")
+
+
+@pytest.mark.parametrize("name", ["gemm", "two_index"])
+def test_full_tiles_have_no_guard(name: str) -> None:
+    """Symbolic lengths, yet the K loop has no branch: copies read zeros outside the
+    operands, so every FMA of the register tile runs unguarded; px*py FMAs per K step on
+    (px + py) / vw vector local loads."""
+    code = _code(name, lx=8, ly=8, px=4, py=4, vw=4, kt=8)
+    body = _k_loop(code)
+    assert "if (" not in body
+    fmas = re.findall(r"acc\[\d+\] = acc\[\d+\] \+", body)
+    frags = re.findall(r"\bf[ab]\[\d+\] = tile_[ab]\[", body)
+    assert len(fmas) == 8 * 16 and len(frags) == 8 * 2
+    assert "float4 fa[1]" in code
+    # kt = 4: half the work-items copy a tile (a guard around the copy), none in the FMAs
+    body = _k_loop(_code(name, lx=8, ly=8, px=4, py=4, vw=4, kt=4))
+    assert "if (" in body
+    depth = {len(line) - len(line.lstrip()) for line in body.splitlines()
+             if re.search(r"acc\[\d+\] = acc", line)}
+    assert depth == {4}, depth
+
+
+def test_double_buffering_has_one_barrier_per_tile() -> None:
+    one = _k_loop(_code("gemm", px=2, py=2, vw=2, kt=4, double_buffer=True))
+    two = _k_loop(_code("gemm", px=2, py=2, vw=2, kt=4, double_buffer=False))
+    assert one.count("barrier(") == 1 and two.count("barrier(") == 2
+
+
+def test_split_k_sums_the_slices_in_a_second_kernel() -> None:
+    code = _code("two_index", split=2, kt=2, px=2, py=2, vw=2)
+    assert code.count("__kernel") == 2 and "slices" in code
+
+
+def test_defaults_from_the_device() -> None:
+    from feinsum.toolbox import gemm as tg
+    from feinsum.tuning.workloads import workloads
+
+    r, h100 = recipe(), get_model("h100")
+    ref = {n: canonicalize(w.spec) for n, w in workloads().items()}
+    gemm = r.default(ref["gemm"], h100)
+    assert (gemm["px"], gemm["py"], gemm["vw"], gemm["split"]) == (4, 4, 4, 1)
+    assert gemm["lx"] * gemm["ly"] == 256 and gemm["double_buffer"]
+    # 512 x 512 outputs (the guess for symbolic lengths) are 64 blocks: split the fixed
+    # 4096-long reduction in 4 for 2 x 132 work-groups
+    assert r.default(ref["two_index"], h100)["split"] == 4
+    assert r.default(ref["ttm"], h100)["split"] == 1  # 4096 blocks already
+    # a device with 128 registers per work-item: 4 x 4 float64 tiles still fit
+    f64 = canonicalize(specs("float64")["gemm"])
+    low = get_model("max1550")
+    t = r.default(f64, low)
+    assert tg.value_registers(f64, tg.Tiling(**{k: t[k] for k in (
+        "lx", "ly", "px", "py", "kt", "vw", "split", "double_buffer")})) <= (
+        tg.register_budget(low))
+
+
+def test_constraint_violations_are_rejected() -> None:
+    r, h100 = recipe(), get_model("h100")
+    e = canonicalize(specs("float32")["gemm"])
+    base = r.default(e, h100)
+    for bad, name in (({"vw": 4, "px": 2}, "vector_runs"),
+                      ({"px": 8, "py": 8, "kt": 32}, "code_size"),
+                      ({"lx": 64, "ly": 32}, "work_group_size")):
+        with pytest.raises(InvalidConfigurationError, match=name):
+            r.check({**base, **bad}, e, h100)
+    f64 = canonicalize(specs("float64")["gemm"])
+    with pytest.raises(InvalidConfigurationError, match="registers"):
+        r.check({**r.default(f64, h100), "lx": 8, "ly": 8, "px": 8, "py": 8, "kt": 16},
+                f64, h100)
+    with pytest.raises(InvalidConfigurationError, match="local_memory"):
+        r.check({**base, "lx": 32, "ly": 32, "px": 8, "py": 4, "kt": 32}, e, h100)
+    batched = canonicalize(specs("float32")["batched"])
+    with pytest.raises(InvalidConfigurationError, match="split_needs_g2"):
+        r.check({**r.default(batched, h100), "split": 2}, batched, h100)
+    two = canonicalize(specs("float32")["two_index"])
+    with pytest.raises(InvalidConfigurationError, match="split_at_most_tiles"):
+        r.check({**r.default(two, h100), "split": 16, "kt": 4}, two, h100)

@@ -1,0 +1,105 @@
+"""dg_nodes: element-batched small operators on GPUs, the output's node index on the lanes.
+
+For the einsums of ``dg_operator`` (one long element index ``e`` in the output, short fixed
+lengths otherwise: ``ij,ej->ei``, ``xre,rij,xej->ei``, ``xre,rij,ej->xei``,
+``ifj,fe,fej->ei`` and their batched forms) in plain C-order layouts, on GPUs: each
+stage's lane index (the output's node ``i``; divergence's first stage: ``j``) runs along
+``l.0`` over ``node_lanes`` work-items (each owns every ``node_lanes``-th entry), ``rows``
+element rows along ``l.1``, ``elements`` elements per work-item (a register tile along
+``e``), so that every global access and store is coalesced. Operators are staged in local
+memory once per work-group by all its work-items (flat, coalesced; ``operator="registers"``:
+then each work-item's entries kept in registers); element data read by every node is
+staged per block the same way and read as broadcasts; ``rows_per_pass`` fields of a batch
+share every loop; ``groups``: work-groups looping over the element blocks (0: one block per
+work-group); ``split``: a loop over divergence's ``r`` around both stages, so that local
+memory holds one slice of the first stage's result. See :mod:`feinsum.toolbox.nodes` and
+:mod:`feinsum.toolbox.node_plan`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from feinsum import recipes as rc
+from feinsum.errors import RecipeError
+from feinsum.toolbox import core as tb
+from feinsum.toolbox import dense as td
+from feinsum.toolbox import node_plan as tp
+from feinsum.toolbox import nodes as tn
+
+#: Work-groups per compute unit the ``groups`` parameter offers (0: one block per group).
+GROUPS_PER_UNIT = range(tp.MAX_GROUPS_PER_UNIT + 1)
+
+
+def _layout(p: dict[str, Any]) -> tp.NodeLayout:
+    return tp.NodeLayout(p["node_lanes"], p["rows"], p["elements"], p["rows_per_pass"],
+                         p["operator"] == "registers", p["groups"], p["split"])
+
+
+def _misfit(e: Any, p: dict[str, Any], device: Any) -> str | None:
+    return tp.misfit(e, td.element_stages(e, p["last"]), _layout(p), device)
+
+
+def _applies(e: Any, device: Any) -> str | None:
+    if device.is_cpu:
+        return "a GPU layout (on CPUs: dg_operator, dg_transposed)"
+    why = tp.node_reason(e)
+    if why is not None:
+        return why
+    if not tp.node_plans(e):
+        return tp.node_reason(e, td.element_stages(e, None))
+    if tp.best_layout(e, device) is None:
+        least = tp.NodeLayout(max(tp.lane_options(e)), 1, 1)
+        return ("every layout exceeds a limit of the device; the smallest: "
+                f"{tp.misfit(e, td.element_stages(e, tp.node_plans(e)[0]), least, device)}")
+    return None
+
+
+def _space(e: Any, device: Any) -> rc.ParameterSpace:
+    units = device.compute_units
+    uses_registers = any(tp.access(e, td.element_stages(e, c), k, True) == "registers"
+                         for c in tp.node_plans(e) for k in range(e.noperands))
+    return rc.ParameterSpace(
+        {"last": rc.Choice(tp.node_plans(e)), "node_lanes": rc.Choice(tp.lane_options(e)),
+         "rows": rc.PowersOfTwo(1, 64), "elements": rc.IntRange(1, 8),
+         "rows_per_pass": rc.IntRange(1, e.nrows),
+         "operator": rc.Choice(["local", "registers"] if uses_registers else ["local"]),
+         "groups": rc.Choice([k * units for k in GROUPS_PER_UNIT]), "split": rc.Boolean()},
+        [*tb.work_group_constraints(device, "node_lanes", "rows"),
+         rc.Constraint("device_limits", lambda p: _misfit(e, p, device) is None,
+                       "local memory, registers per work-item and per work-group, and code "
+                       "size within the device's limits (local_mem_size, "
+                       "registers_per_work_item, registers_per_compute_unit)",
+                       lambda p: str(_misfit(e, p, device))),
+         rc.Constraint("operator_in_registers", lambda p: p["operator"] == "local" or any(
+             tp.access(e, td.element_stages(e, p["last"]), k, True) == "registers"
+             for k in range(e.noperands)), "operator='registers' needs an operator that "
+             "carries its stage's lane index (choose another 'last')"),
+         rc.Constraint("split_plan", lambda p: not p["split"] or tp.split_index(
+             e, td.element_stages(e, p["last"])) is not None, "split needs a plan whose "
+             "first stage's result goes through local memory and is reduced by the second "
+             "over an index of its own (divergence with last=2)")])
+
+
+def _default(e: Any, device: Any) -> dict[str, Any]:
+    best = tp.best_layout(e, device)
+    if best is None:
+        raise RecipeError(f"dg_nodes does not fit {e} on {device.name} (applies() says why)")
+    last, lay = best
+    return {"last": last, "node_lanes": lay.lanes, "rows": lay.rows,
+            "elements": lay.elements, "rows_per_pass": lay.rows_per_pass,
+            "operator": "registers" if lay.registers else "local", "groups": lay.groups,
+            "split": lay.split}
+
+
+def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
+    """The node layout: lanes along the stages' lane indices, element rows on ``l.1``."""
+    return tn.node_kernel(t_unit, e, td.element_stages(e, p["last"]), _layout(p))
+
+
+RECIPE = rc.Recipe(
+    "dg_nodes", applies=_applies, space=_space, default=_default, apply=_apply,
+    description="Element-batched small operators (DG) on GPUs: the output's nodes on the "
+    "lanes, element rows and a register tile along the elements, coalesced staging by "
+    "every work-item, operators shared by the work-group.",
+)
