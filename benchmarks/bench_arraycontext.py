@@ -18,6 +18,15 @@ element), marked ``~``.
 ``--tune N`` tunes each einsum the first time feinsum's context compiles it (the hook's
 ``on_miss="tune"``, N evaluations, records in ``--db``); without it the records already in
 ``--db`` are replayed and the recipe defaults cover the rest (``--db none``: defaults only).
+
+Whole programs against their einsums: for each program of ``dg_programs.EINSUMS`` (the DG
+step, the step with the inverse mass matrix, the RHS), the whole program through feinsum's
+context is timed against the sum of its einsums, each run alone as a program of its own
+through the same context (same shapes, same pool), calls interleaved round by round and the
+fastest of each kept; the table gives the ratio and, from the hook's report, the device
+kernels and global temporaries of the program before and after the hook. This is what the
+elementwise work, the launches and the allocations around the einsums cost (1.0: nothing).
+``--whole-only`` skips the untransformed program and numpy.
 """
 
 from __future__ import annotations
@@ -78,6 +87,47 @@ def time_program(fn: Any, host: dict[str, np.ndarray], reference: np.ndarray | N
     return fastest(call, repeat), getattr(actx, "feinsum_last_report", None)
 
 
+def whole_vs_einsums(name: str, E: int, queue: Any, db: Any, repeat: int
+                     ) -> tuple[float, float, Any]:
+    """The fastest call of program *name* through feinsum's context, the sum of the fastest
+    calls of its einsums alone (interleaved with it), and the whole program's report."""
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+
+    actx = FeinsumPytatoPyOpenCLArrayContext(queue, feinsum_db=db)
+
+    def compiled(prog: str) -> Any:
+        fn, inputs = dp.PROGRAMS[prog]
+        arrays = {k: actx.from_numpy(a) for k, a in dp.inputs(inputs, E).items()}
+        step = actx.compile(lambda **kw: fn(actx, **kw))
+
+        def call() -> None:
+            step(**arrays)
+            queue.finish()
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            call()
+        return call
+
+    whole = compiled(name)
+    report = actx.feinsum_last_report
+    alone = {k: compiled(k) for k in dp.EINSUMS[name]}
+    best = {k: float("inf") for k in [name, *alone]}
+    for _ in range(repeat):
+        for k, call in [(name, whole), *alone.items()]:
+            best[k] = min(best[k], fastest(call, 1))
+    total = sum(best[k] * n for k, n in dp.EINSUMS[name].items())
+    return best[name], total, report
+
+
+def _kernels(launches: Any) -> str:
+    if launches is None:
+        return "?"
+    total = launches.temporary_bytes
+    size = f" {total / 1e6:.1f} MB" if total else ""
+    return f"{len(launches.launches)} / {len(launches.temporaries)}{size}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--elements", type=int, default=20_000)
@@ -89,6 +139,8 @@ def main() -> None:
     parser.add_argument("--tune", type=int, default=0, metavar="N")
     parser.add_argument("--db", default="none",
                         help="feinsum's timing database (a path), or none: defaults only")
+    parser.add_argument("--whole-only", action="store_true",
+                        help="only the whole programs against their einsums alone")
     args = parser.parse_args()
 
     from feinsum.devices.opencl import device_info, get_device, get_queue
@@ -102,7 +154,7 @@ def main() -> None:
           f"{args.repeat} calls")
     names = args.only or list(dp.PROGRAMS)
     rows = []
-    for name in names:
+    for name in [] if args.whole_only else names:
         fn, inputs = dp.PROGRAMS[name]
         host = dp.inputs(inputs, args.elements)
         reference = dp.numpy_version(name)(**host)
@@ -124,6 +176,21 @@ def main() -> None:
               f"{t_np * 1e3:7.2f} ms "
               f"{'~' if slow else ' '}{t_plain / t_fe:15.1f}x {t_np / t_fe:8.2f}x  "
               f"{', '.join(recipes)}")
+    wholes = [n for n in names if n in dp.EINSUMS]
+    if not wholes:
+        return
+    print(f"\nwhole programs against their einsums alone (feinsum's context, fastest of "
+          f"{args.repeat} interleaved calls each; launches / global temporaries before -> "
+          "after the hook):")
+    print(f"{'program':18s} {'whole':>10s} {'einsums alone':>14s} {'ratio':>7s}  "
+          f"{'untransformed':>22s} -> {'feinsum':<22s}")
+    for name in wholes:
+        t_whole, t_alone, report = whole_vs_einsums(name, args.elements, queue, db,
+                                                    args.repeat)
+        before = _kernels(report.untransformed_launches if report else None)
+        after = _kernels(report.launches if report else None)
+        print(f"{name:18s} {t_whole * 1e3:7.2f} ms {t_alone * 1e3:11.2f} ms "
+              f"{t_whole / t_alone:6.2f}x  {before:>22s} -> {after:<22s}")
 
 
 if __name__ == "__main__":

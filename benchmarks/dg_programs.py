@@ -1,6 +1,8 @@
 """DG programs written with arraycontext, for ``bench_arraycontext.py`` and the compiler
-guide's example: the four DG workloads of ``shared/workloads.md``, a DG step (a divergence,
-a face lift and an elementwise combination) and an RHS-like program of 20 einsums with
+guide's example: the four DG workloads of ``shared/workloads.md`` (and the inverse mass
+matrix), a DG step (a divergence, a face lift and an elementwise combination), the step of
+the GPU run (the same with the inverse mass matrix applied to ``div - lift``) and an
+RHS-like program of 20 einsums with
 elementwise work around them (a compressible-flow right-hand side: five conserved
 variables, each with a flux divergence, a face lift and an inverse mass matrix, plus a
 pressure gradient and four local operators).
@@ -54,11 +56,25 @@ def face_mass(actx: Any, L: Any, Jf: Any, flux: Any) -> Any:
     return actx.einsum("ifj,fe,fej->ei", L, Jf, flux)
 
 
+def inverse_mass(actx: Any, Minv: Any, u: Any) -> Any:
+    return actx.einsum("ij,ej->ei", Minv, u)
+
+
 def dg_step(actx: Any, J: Any, D: Any, v: Any, L: Any, Jf: Any, flux: Any) -> Any:
     """The issue's step: sin(divergence) + 0.5 * lift."""
     div = actx.einsum("xre,rij,xej->ei", J, D, v)
     lift = actx.einsum("ifj,fe,fej->ei", L, Jf, flux)
     return actx.np.sin(div) + 0.5 * lift
+
+
+def dg_mass_step(actx: Any, J: Any, D: Any, v: Any, L: Any, Jf: Any, flux: Any, Minv: Any
+                 ) -> Any:
+    """The step of the GPU run (shared/gpu/diagnosis-2026-11-26.md, section 7): the inverse
+    mass matrix applied to ``div - lift``, then ``sin(div) + 0.5*lift + 0.25*mass``."""
+    div = actx.einsum("xre,rij,xej->ei", J, D, v)
+    lift = actx.einsum("ifj,fe,fej->ei", L, Jf, flux)
+    mass = actx.einsum("ij,ej->ei", Minv, div - lift)
+    return actx.np.sin(div) + 0.5 * lift + 0.25 * mass
 
 
 def rhs(actx: Any, J: Any, D: Any, L: Any, Jf: Any, Minv: Any, q: Any, qflux: Any) -> Any:
@@ -84,8 +100,19 @@ PROGRAMS: dict[str, tuple[Callable[..., Any], list[str]]] = {
     "divergence": (divergence, ["J", "D", "v"]),
     "gradient": (gradient, ["J", "D", "u"]),
     "face mass": (face_mass, ["L", "Jf", "flux"]),
+    "inverse mass": (inverse_mass, ["Minv", "u"]),
     "DG step": (dg_step, ["J", "D", "v", "L", "Jf", "flux"]),
+    "DG mass step": (dg_mass_step, ["J", "D", "v", "L", "Jf", "flux", "Minv"]),
     "RHS (20 einsums)": (rhs, ["J", "D", "L", "Jf", "Minv", "q", "qflux"]),
+}
+
+#: the einsums of each whole program, as programs of ``PROGRAMS`` of the same shapes (how
+#: many times each): what the benchmark times alone to compare the whole program against
+EINSUMS: dict[str, dict[str, int]] = {
+    "DG step": {"divergence": 1, "face mass": 1},
+    "DG mass step": {"divergence": 1, "face mass": 1, "inverse mass": 1},
+    "RHS (20 einsums)": {"divergence": 5, "face mass": 5, "inverse mass": 5, "gradient": 1,
+                         "local": 4},
 }
 
 

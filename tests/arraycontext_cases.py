@@ -40,8 +40,12 @@ def _arrays(shapes: dict[str, tuple[int, ...]], dtype: Any, seed: int = 0
     return {k: rng.random(s).astype(dtype) for k, s in shapes.items()}
 
 
-DG = {"J": (3, 3, E), "D": (3, 35, 35), "v": (3, E, 35), "L": (35, 4, 15),
-      "Jf": (4, E), "flux": (4, E, 15), "u": (E, 35), "jac": (E, 1)}
+def shapes(E: int) -> dict[str, tuple[int, ...]]:
+    return {"J": (3, 3, E), "D": (3, 35, 35), "v": (3, E, 35), "L": (35, 4, 15),
+            "Jf": (4, E), "flux": (4, E, 15), "u": (E, 35), "jac": (E, 1), "Minv": (35, 35)}
+
+
+DG = shapes(E)
 
 
 # {{{ the programs (functions of an array context and its arrays)
@@ -55,6 +59,14 @@ def dg_step(actx: Any, a: dict[str, Any]) -> Any:
     div = actx.einsum("xre,rij,xej->ei", a["J"], a["D"], a["v"])
     lift = actx.einsum("ifj,fe,fej->ei", a["L"], a["Jf"], a["flux"])
     return actx.np.sin(div) + 0.5 * lift
+
+
+def dg_mass_step(actx: Any, a: dict[str, Any]) -> Any:
+    """The step of the GPU run: the inverse mass matrix applied to ``div - lift``."""
+    div = actx.einsum("xre,rij,xej->ei", a["J"], a["D"], a["v"])
+    lift = actx.einsum("ifj,fe,fej->ei", a["L"], a["Jf"], a["flux"])
+    mass = actx.einsum("ij,ej->ei", a["Minv"], div - lift)
+    return actx.np.sin(div) + 0.5 * lift + 0.25 * mass
 
 
 def several(actx: Any, a: dict[str, Any]) -> Any:
@@ -98,6 +110,7 @@ def no_einsum(actx: Any, a: dict[str, Any]) -> Any:
 PROGRAMS: dict[str, tuple[Callable[[Any, dict[str, Any]], Any], list[str], int]] = {
     # name: (program, its arrays, how many einsum groups feinsum must transform)
     "dg_step": (dg_step, ["J", "D", "v", "L", "Jf", "flux"], 2),
+    "dg_mass_step": (dg_mass_step, ["J", "D", "v", "L", "Jf", "flux", "Minv"], 3),
     "several": (several, ["J", "D", "u", "L", "Jf", "flux", "jac"], 5),
     "matmul": (matmul, ["u", "D"], 1),
     "sum_of_products": (sum_of_products, ["u", "D"], 1),
@@ -124,15 +137,16 @@ class _NumpyContext:
         return ary
 
 
-def run_lazy(name: str, dtype: Any = np.float64) -> dict[str, Any]:
-    """The program through PytatoPyOpenCLArrayContext and feinsum's subclass of it."""
+def run_lazy(name: str, dtype: Any = np.float64, elements: int = E) -> dict[str, Any]:
+    """The program through PytatoPyOpenCLArrayContext and feinsum's subclass of it, at
+    *elements* elements."""
     import pyopencl.tools as clt
     from arraycontext import PytatoPyOpenCLArrayContext
 
     from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
 
     fn, names, _ = PROGRAMS[name]
-    host = _arrays({k: DG[k] for k in names}, dtype)
+    host = _arrays({k: shapes(elements)[k] for k in names}, dtype)
     queue = _queue()
     results = {}
     # buffers, not PoCL's shared virtual memory: loopy's invoker releases the global
@@ -156,7 +170,10 @@ def run_lazy(name: str, dtype: Any = np.float64) -> dict[str, Any]:
                 ctx.to_numpy(recompiled(**dev))
             cached = ctx.feinsum_last_report.cached
     ref = fn(_NumpyContext, {k: v.astype(np.float64) for k, v in host.items()})
+    after, before = report.launches, report.untransformed_launches
     return {
+        "launches": [len(before.launches), len(after.launches)],
+        "temporaries": [len(before.temporaries), len(after.temporaries)],
         "name": name, "dtype": np.dtype(dtype).name,
         "transformed": report.transformed, "groups": len(report.groups),
         "actions": [g.action for g in report.groups],
@@ -253,8 +270,9 @@ def run_freeze() -> dict[str, Any]:
 
 
 def main(names: list[str]) -> None:
-    """Run the cases *names* (programs, ``dg_step_float32``, ``eager``; all if empty) and
-    print one JSON object of their facts (the head-generation test reads it)."""
+    """Run the cases *names* (programs, ``program@elements``, ``dg_step_float32``,
+    ``eager``; all if empty) and print one JSON object of their facts (the head-generation
+    test reads it)."""
     import arraycontext
     import pytato
 
@@ -265,6 +283,9 @@ def main(names: list[str]) -> None:
             facts[name] = run_eager()
         elif name == "dg_step_float32":
             facts[name] = run_lazy("dg_step", np.float32)
+        elif "@" in name:  # program@elements
+            program, elements = name.split("@")
+            facts[name] = run_lazy(program, elements=int(elements))
         else:
             facts[name] = run_lazy(name)
     sys.stdout.write("FACTS " + json.dumps(facts) + "\n")

@@ -60,14 +60,32 @@ def check_lazy(facts: dict[str, Any], expected_groups: int, tol: float,
     assert facts["recompile_cached"]  # compiled again: the hook's cache answers
 
 
-@pytest.mark.parametrize("name", ["dg_step", "several", "matmul", "sum_of_products", "tagged",
-                                  "unit_axis", "no_einsum"])
+@pytest.mark.parametrize("name", ["dg_step", "dg_mass_step", "several", "matmul",
+                                  "sum_of_products", "tagged", "unit_axis", "no_einsum"])
 def test_lazy_programs(cases: Any, name: str) -> None:
     """Every einsum path of pytato (actx.einsum, @, sum of a product, tagged outputs and
     axes, (E, 1) geometric factors, several einsums with elementwise work between them)
     is matched and transformed, and computes what the untransformed program does."""
     facts = cases.run_lazy(name)
     check_lazy(facts, cases.PROGRAMS[name][2], 1e-12)
+
+
+def check_whole(facts: dict[str, Any]) -> None:
+    """What the hook made of a DG step launches no more device kernels and writes no more
+    global temporaries than what pytato made (the einsums read ``div - lift`` in their
+    loads, apply the elementwise rest in their stores, share one launch)."""
+    report = facts["report"]
+    (before, after), (t_before, t_after) = facts["launches"], facts["temporaries"]
+    assert after <= before and t_after <= t_before, report
+    assert "device kernels" in report and "fused:" in report, report
+
+
+@pytest.mark.parametrize("name", ["dg_step", "dg_mass_step"])
+def test_whole_dg_step(cases: Any, name: str) -> None:
+    """The DG steps at 300 elements (long enough for the element-batched recipes)."""
+    facts = cases.run_lazy(name, elements=300)
+    check_lazy(facts, cases.PROGRAMS[name][2], 1e-12)
+    check_whole(facts)
 
 
 def test_lazy_float32(cases: Any) -> None:
@@ -82,6 +100,45 @@ def test_eager_context_two_sizes(cases: Any) -> None:
     for run in facts["runs"]:
         assert run["transformed"] == 1, run["report"]
         assert run["vs_numpy"] <= 1e-12
+
+
+def test_contexts_pool_memory(cl_queue: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """feinsum's contexts allocate from a pool on every device unless told otherwise; a
+    context the mixin joins that allocates without one gets one warning a process, naming
+    the fix."""
+    import warnings
+
+    import pyopencl.tools as clt
+    from arraycontext import PytatoPyOpenCLArrayContext
+
+    import feinsum.hook.mixin as mixin
+    from feinsum import FeinsumTransformMixin
+    from feinsum.arraycontext import (
+        FeinsumPyOpenCLArrayContext,
+        FeinsumPytatoPyOpenCLArrayContext,
+    )
+    from feinsum.errors import PerformanceWarning
+
+    monkeypatch.setattr(mixin, "_WARNED_POOL", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PerformanceWarning)
+        for ctx in (FeinsumPytatoPyOpenCLArrayContext(cl_queue),
+                    FeinsumPytatoPyOpenCLArrayContext(cl_queue, use_memory_pool=True),
+                    FeinsumPyOpenCLArrayContext(cl_queue)):
+            assert isinstance(ctx.allocator, clt.MemoryPool)
+        assert isinstance(FeinsumPytatoPyOpenCLArrayContext(cl_queue).clone().allocator,
+                          clt.MemoryPool)
+
+    class Unpooled(FeinsumTransformMixin, PytatoPyOpenCLArrayContext):
+        pass
+
+    with pytest.warns(PerformanceWarning, match="MemoryPool") as caught:
+        Unpooled(cl_queue)
+        Unpooled(cl_queue)
+        FeinsumPytatoPyOpenCLArrayContext(cl_queue, use_memory_pool=False)
+    assert len([w for w in caught if w.category is PerformanceWarning]) == 1
+    assert not mixin.unpooled(clt.MemoryPool(clt.ImmediateAllocator(cl_queue)))
+    assert mixin.unpooled(None) and mixin.unpooled(clt.ImmediateAllocator(cl_queue))
 
 
 def test_device_without_vector_code(cases: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,8 +25,8 @@ HEAD = Path(sys.prefix) / "feinsum-head"
 # einsum groups transformed: as under the mid-2025 pair; the 2026 pytato writes
 # jac * einsum(...) as the einsum and then a product of two arrays, an einsum of its own
 # with too little work at E = 48 to get a kernel (left to the default schedule)
-EXPECTED = {"dg_step": 2, "several": 5, "matmul": 1, "sum_of_products": 1, "tagged": 1,
-            "unit_axis": 1, "no_einsum": 0}
+EXPECTED = {"dg_step": 2, "dg_mass_step": 3, "several": 5, "matmul": 1,
+            "sum_of_products": 1, "tagged": 1, "unit_axis": 1, "no_einsum": 0}
 TOO_SMALL = {"unit_axis": 1}
 
 
@@ -50,12 +50,25 @@ def run_head(*names: str) -> dict[str, Any]:
     return facts
 
 
-@pytest.mark.parametrize("names", [("dg_step", "several"), ("matmul", "sum_of_products",
-                                   "tagged"), ("unit_axis", "no_einsum")])
+@pytest.mark.parametrize("names", [("dg_step", "dg_mass_step", "several"),
+                                   ("matmul", "sum_of_products", "tagged"),
+                                   ("unit_axis", "no_einsum")])
 def test_head_lazy_programs(names: tuple[str, ...]) -> None:
     facts = run_head(*names)
     for name in names:
         check_lazy(facts[name], EXPECTED[name], 1e-12, TOO_SMALL.get(name, 0))
+
+
+def test_head_whole_dg_steps() -> None:
+    """The DG steps at 300 elements under the 2026 pair: no more launches and global
+    temporaries than pytato's program."""
+    from test_arraycontext import check_whole
+
+    names = ("dg_step@300", "dg_mass_step@300")
+    facts = run_head(*names)
+    for name in names:
+        check_lazy(facts[name], EXPECTED[name.split("@")[0]], 1e-12)
+        check_whole(facts[name])
 
 
 def test_head_float32_and_eager() -> None:

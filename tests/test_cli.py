@@ -234,6 +234,38 @@ def test_match(tmp_path: Path) -> None:
     _one_line_error(feinsum("match", f"{f}:nothing", check=None), "nothing")
 
 
+PROGRAM_FILE = '''
+import loopy as lp
+import numpy as np
+
+t_unit = lp.make_kernel(
+    "{[e, i, j, e1, i1]: 0 <= e, e1 < 300 and 0 <= i, j, i1 < 35}",
+    """
+    t[e, i] = sum(j, m[i, j] * u[e, j])
+    out[e1, i1] = 2 * t[e1, i1] + u[e1, i1]
+    """,
+    [lp.GlobalArg("m", np.float64, shape=(35, 35)), lp.GlobalArg("u,out", np.float64,
+     shape=(300, 35)), lp.TemporaryVariable("t", np.float64, shape=(300, 35),
+     address_space=lp.AddressSpace.GLOBAL)],
+    name="apply", seq_dependencies=True)
+'''
+
+
+def test_match_program(tmp_path: Path) -> None:
+    """``--program``: the hook's report with the device kernels before and after."""
+    f = tmp_path / "program.py"
+    f.write_text(PROGRAM_FILE)
+    d = as_json(feinsum("match", f"{f}:t_unit", "--program", "--json", "--db",
+                        str(tmp_path / "empty.sqlite")))
+    (group,) = d["groups"]
+    assert group["fused"] and "out" in group["fused"][0]
+    assert len(d["launches"]["launches"]) == 1
+    assert d["untransformed_launches"]["temporaries"][0]["temporary"] == "t"
+    text = feinsum("match", f"{f}:t_unit", "--program", "--db",
+                   str(tmp_path / "empty.sqlite")).stdout
+    assert "device kernels" in text and "untransformed:" in text
+
+
 def test_query(filled_db: Path) -> None:
     recs = as_json(feinsum("query", *SPEC, "--json", db=filled_db))
     assert [r["recipe_name"] for r in recs] == ["generic", "untransformed"]

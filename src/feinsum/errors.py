@@ -95,6 +95,11 @@ class SchedulerUnreachableError(CampaignError):
     """The dask scheduler of a campaign cannot be reached."""
 
 
+class PerformanceWarning(UserWarning):
+    """Something makes feinsum's programs slower than they need be (a warning, not an
+    error: the results are right); the message names the fix."""
+
+
 class RooflineWarning(UserWarning):
     """A roofline measurement that fails a sanity check (the float32 peak not above the
     float64 one where the device says it must be, a figure far below the device's previous

@@ -1,12 +1,21 @@
 """``feinsum match``: the einsums found in a loopy kernel, with their canonical keys, and the
-precise reason each other statement does not match."""
+precise reason each other statement does not match; with ``--program``, what the hook makes
+of the whole program: its device kernels, launch grids and global temporaries, before and
+after."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from feinsum.cli.common import add_json_argument, emit_json, nothing_found, print_table
+from feinsum.cli.common import (
+    add_db_argument,
+    add_device_argument,
+    add_json_argument,
+    emit_json,
+    nothing_found,
+    print_table,
+)
 
 
 def configure(parser: argparse.ArgumentParser, name: str) -> None:
@@ -22,7 +31,27 @@ def configure(parser: argparse.ArgumentParser, name: str) -> None:
                         help="match each kernel as the hook does: after the exact rewrites "
                         "of feinsum.matching.prepare_kernel (listed), which put what array "
                         "compilers emit into einsums")
+    parser.add_argument("--program", action="store_true",
+                        help="transform the whole program as the hook does (records of --db, "
+                        "recipe defaults otherwise) and list its device kernels: launch grid "
+                        "and the global temporaries each writes, against the untransformed "
+                        "program's")
+    add_db_argument(parser)
+    add_device_argument(parser)
     add_json_argument(parser)
+
+
+def _program(args: argparse.Namespace, t_unit: Any) -> int:
+    """``--program``: the hook's report and the launches before and after."""
+    from feinsum.hook.program import transform_program
+
+    _, report = transform_program(t_unit, device=args.device,
+                                  db=args.db if args.db is not None else None)
+    if args.json:
+        emit_json(report.as_dict())
+        return 0
+    print(report)
+    return 0
 
 
 def _why_not(t_unit: Any, kernel: str, insn: Any) -> str:
@@ -45,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     from feinsum.matching import find_einsums, match_einsum
 
     t_unit = load_kernel(args.kernel)
+    if args.program:
+        return _program(args, t_unit)
     names = kernel_names(t_unit)
     rewrites: list[dict[str, Any]] = []
     if args.as_hook:

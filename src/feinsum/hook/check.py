@@ -35,6 +35,20 @@ def program_problem(t_unit: Any) -> str | None:
         return _why(exc)
 
 
+def linearized(t_unit: Any) -> Any | None:
+    """*t_unit* linearized as the call will linearize it (the executor's cached
+    typed-and-scheduled translation unit), or, with argument types known only at the call,
+    with those types guessed (see the module docstring); None where even that leaves types
+    unknown. Raises what loopy raises."""
+    import loopy as lp
+
+    executor = _executor(t_unit)
+    if executor is not None and not executor.has_runtime_typed_args:
+        return executor.get_typed_and_scheduled_translation_unit(None)
+    typed = _typed_for_check(t_unit)
+    return None if typed is None else lp.linearize(lp.preprocess_program(typed))
+
+
 def _executor(t_unit: Any) -> Any | None:
     """The executor the call will make (without an OpenCL context: the check builds
     nothing), or None for targets other than PyOpenCL's."""

@@ -38,19 +38,18 @@ class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArr
     program transformed by feinsum (configure as :class:`~feinsum.FeinsumTransformMixin`
     says, e.g. ``feinsum_db=...``, ``feinsum_lengths=...``).
 
-    On PoCL, when no allocator is given, arrays are allocated from a pool of OpenCL
-    buffers rather than as shared virtual memory: loopy's invoker releases a program's
-    global temporaries as soon as its kernels are enqueued, and with PoCL's SVM that
-    corrupted the heap of programs whose kernels were still running (pytato's own
-    programs with temporaries too, one run in four here)."""
+    Unless given an allocator (or ``use_memory_pool=False``), arrays and the global
+    temporaries of every call come from a pool of OpenCL buffers, on every device:
+    arraycontext's default allocates and frees them per call (on a GPU that cost 50-100
+    times the program's kernels), and its shared virtual memory let loopy's invoker
+    release temporaries while kernels still ran (a corrupted heap on PoCL)."""
 
     feinsum_schedule_all = True
 
     def __init__(self, queue: Any, allocator: Any = None, *args: Any, **kwargs: Any) -> None:
-        if allocator is None and kwargs.get("use_memory_pool") is None and _pocl(queue):
-            import pyopencl.tools as clt
-
-            allocator = clt.MemoryPool(clt.ImmediateAllocator(queue))
+        if allocator is None and kwargs.get("use_memory_pool") is not False:
+            kwargs.pop("use_memory_pool", None)
+            allocator = buffer_pool(queue)
         super().__init__(queue, allocator, *args, **kwargs)
 
     def _feinsum_runs_once(self, t_unit: Any) -> bool:
@@ -62,16 +61,21 @@ class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArr
                        for name in t_unit.entrypoints)
 
 
-def _pocl(queue: Any) -> bool:
-    return "Portable Computing Language" in queue.device.platform.name
+def buffer_pool(queue: Any) -> Any:
+    """A memory pool of OpenCL buffers on *queue*: what feinsum's contexts allocate from."""
+    import pyopencl.tools as clt
+
+    return clt.MemoryPool(clt.ImmediateAllocator(queue))
 
 
 class FeinsumPyOpenCLArrayContext(FeinsumTransformMixin, PyOpenCLArrayContext):
     """arraycontext's :class:`~arraycontext.PyOpenCLArrayContext` whose ``einsum`` runs a
-    program feinsum transformed for the arguments' sizes, dtypes and layouts."""
+    program feinsum transformed for the arguments' sizes, dtypes and layouts; it allocates
+    from a pool of OpenCL buffers unless given an allocator (``allocator=False``: none)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, queue: Any, allocator: Any = None, *args: Any, **kwargs: Any) -> None:
+        super().__init__(queue, buffer_pool(queue) if allocator is None else allocator,
+                         *args, **kwargs)
         self._feinsum_einsums: dict[Any, tuple[Any, Any]] = {}
 
     def einsum(self, spec: str, *args: Any, arg_names: Sequence[str] | None = None,

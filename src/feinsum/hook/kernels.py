@@ -69,11 +69,12 @@ def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedul
         t_prep = (t_unit.with_kernel(prepared.kernel) if prepared.kernel is not knl
                   else t_unit)
         survey = survey_einsums(t_prep, kernel_name=name)
+        fusions = _fusions(prepared.kernel, survey.matches)
     plans = []
-    for m in survey.matches:
+    for m, fusion in zip(survey.matches, fusions, strict=True):
         why = ("given back to the default schedule: the transformed program would exceed "
                "its code budget" if m.all_insn_ids in keep else planner.leave(m))
-        plans.append(planner.left(m, why) if why else planner.plan(m))
+        plans.append(planner.left(m, why) if why else planner.plan(m, fusion))
     kreport = KernelReport(name, "unchanged", prepared.changes, survey.rejected)
     if not any(p.part is not None for p in plans) and not schedule_all:
         return t_unit, [p.report for p in plans], kreport
@@ -87,6 +88,18 @@ def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedul
     action: Literal["transformed", "scheduled"] = "transformed" if parts else "scheduled"
     return (merge_callables(t_prep, new_knl, parts), [p.report for p in plans],
             replace(kreport, action=action, scheduled=units))
+
+
+def _fusions(knl: Any, matches: Sequence[Any]) -> list[Any]:
+    """What can be fused into each match (:func:`feinsum.matching.fusion.find_fusions`);
+    nothing where the analysis fails on a kernel it does not know."""
+    from feinsum.matching.fusion import Fusion, find_fusions
+
+    try:
+        return find_fusions(knl, matches)
+    except Exception as exc:  # an unusual kernel: fuse nothing, say why
+        return [Fusion(None, notes=(f"nothing fused ({type(exc).__name__}: {exc})",))
+                for _ in matches]
 
 
 def reverted(groups: Sequence[GroupReport], kreport: KernelReport, problem: str
@@ -108,8 +121,16 @@ def _assemble_all(knl: Any, plans: Sequence[Plan], schedule: Schedule
     try:
         done = _assemble(knl, parts, schedule)
         return done.kernel, plans, done.scheduled
-    except FeinsumError:
-        pass
+    except FeinsumError as exc:
+        if not any(p.plain is not None for p in plans):
+            pass
+        else:  # without the fused expressions
+            plans = [_unfused(p, exc) for p in plans]
+            try:
+                done = _assemble(knl, [p.part for p in plans if p.part is not None], schedule)
+                return done.kernel, plans, done.scheduled
+            except FeinsumError:
+                pass
     kept: list[Part] = []
     for k, plan in enumerate(plans):
         if plan.part is None:
@@ -137,6 +158,15 @@ def _assemble(knl: Any, parts: Sequence[Part], schedule: Schedule) -> Assembled:
     except Exception as exc:  # loopy refused a step: the part does not fit
         raise RecipeFailure(f"assembling kernel {knl.name!r}: {type(exc).__name__}: "
                             f"{exc}") from exc
+
+
+def _unfused(plan: Plan, exc: BaseException) -> Plan:
+    """*plan* with its plain part, if it had fused expressions."""
+    if plan.plain is None:
+        return plan
+    note = f"{', '.join(plan.report.fused)}: not fused (the kernel could not be assembled: {exc})"
+    return replace(plan, part=plan.plain, plain=None, report=replace(
+        plan.report, fused=(), not_fused=(*plan.report.not_fused, note)))
 
 
 def _failed(plan: Plan, exc: BaseException) -> Plan:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from feinsum.errors import PerformanceWarning
 
 if TYPE_CHECKING:
     import loopy as lp
@@ -11,6 +14,10 @@ if TYPE_CHECKING:
     from feinsum.hook.report import HookReport
 
 _UNSET: Any = object()
+#: whether the warning about a context without a memory pool was given (once a process)
+_WARNED_POOL = False
+#: pyopencl's allocators that allocate and free memory at every request
+_UNPOOLED = ("ImmediateAllocator", "DeferredAllocator", "SVMAllocator")
 
 
 class FeinsumTransformMixin:
@@ -33,6 +40,11 @@ class FeinsumTransformMixin:
     ``transform_loopy_program`` (if any); ``feinsum_last_report`` holds the last
     :class:`~feinsum.hook.HookReport`. :mod:`feinsum.arraycontext` has ready subclasses
     of arraycontext's contexts.
+
+    A context that allocates without a memory pool (its ``allocator`` None or one of
+    pyopencl's unpooled allocators) gets a :class:`~feinsum.errors.PerformanceWarning`,
+    once a process: every call of a compiled program then allocates and frees its output
+    and temporaries, which can take longer than the kernels themselves.
     """
 
     feinsum_device: Any = None
@@ -62,6 +74,7 @@ class FeinsumTransformMixin:
                             ("feinsum_transform_once", feinsum_transform_once)):
             if value is not _UNSET:
                 setattr(self, name, value)
+        _check_pool(self)
 
     def _feinsum_target_device(self) -> Any:
         if self.feinsum_device is not None:
@@ -96,3 +109,25 @@ class FeinsumTransformMixin:
                 except NotImplementedError:
                     return new
         return new
+
+
+def unpooled(allocator: Any) -> bool:
+    """Whether *allocator* (an array context's) allocates without a memory pool: None
+    (pyopencl's default) or one of pyopencl's unpooled allocators."""
+    return allocator is None or (type(allocator).__name__ in _UNPOOLED and (
+        type(allocator).__module__.startswith("pyopencl")))
+
+
+def _check_pool(actx: Any) -> None:
+    """Warn (once a process) when *actx* has an ``allocator`` that is not a pool."""
+    global _WARNED_POOL
+    if _WARNED_POOL or not hasattr(actx, "allocator") or not unpooled(actx.allocator):
+        return
+    _WARNED_POOL = True
+    warnings.warn(
+        f"{type(actx).__name__} allocates without a memory pool: every call of a compiled "
+        "program allocates and frees its output and temporaries, which can take longer "
+        "than its kernels; pass allocator=pyopencl.tools.MemoryPool("
+        "pyopencl.tools.ImmediateAllocator(queue)) (or use_memory_pool=True), or use "
+        "feinsum.arraycontext's contexts, which pool by default",
+        PerformanceWarning, stacklevel=3)

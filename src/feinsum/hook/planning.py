@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from feinsum.devices.opencl import DeviceInfo
     from feinsum.matching import Match
     from feinsum.matching.assemble import Part
+    from feinsum.matching.fusion import Fusion
     from feinsum.recipes import Recipe
     from feinsum.spec.model import BatchedEinsum
 
@@ -57,10 +58,12 @@ class Options:
 @dataclass(frozen=True)
 class Plan:
     """The decision for one group: the part to put in place (None: leave the statements
-    as they are) and what the report says."""
+    as they are) and what the report says; *plain*: the part without the fused
+    expressions, when *part* has them (what assembly falls back to)."""
 
     part: Part | None
     report: GroupReport
+    plain: Part | None = None
 
 
 # {{{ the cache of transformed einsums
@@ -208,17 +211,40 @@ class Planner:
 
     def part(self, m: Match, recipe: Recipe, params: Mapping[str, Any]) -> Part | str:
         """The transformed einsum for one configuration, or why there is none."""
-        from feinsum.toolbox.parameters import canonical_json
-
-        key = (m.canonical_key, tuple(sorted(m.canonical_lengths.items())), recipe.name,
-               recipe.version, canonical_json(dict(params)), self.info.key,
-               self.vector_problem is None)
+        key = self._key(m, recipe, params)
         hit = _cached(key)
         if hit is None:
             with self.clock("transformation"):
                 hit = self._build(m, recipe, params)
             _remember(key, hit)
         return hit if isinstance(hit, str) else replace(hit, match=m)
+
+    def _key(self, m: Match, recipe: Recipe, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        from feinsum.toolbox.parameters import canonical_json
+
+        return (m.canonical_key, tuple(sorted(m.canonical_lengths.items())), recipe.name,
+                recipe.version, canonical_json(dict(params)), self.info.key,
+                self.vector_problem is None)
+
+    def fused(self, part: Part, fusion: Fusion, recipe: Recipe, params: Mapping[str, Any]
+              ) -> Part | str:
+        """*part* with *fusion* in its kernel, or why its recipe's kernel does not allow
+        it (:func:`feinsum.matching.fuse.fuse_part`); cached per fused einsum."""
+        from feinsum.matching.fuse import fuse_part
+
+        spec = fusion.spec
+        if spec is None:
+            return "nothing to fuse"
+        layouts = tuple((k, str(getattr(d, "shape", None)),
+                         str([getattr(t, "stride", None) for t in getattr(d, "dim_tags", None)
+                              or ()])) for k, d in sorted(fusion.declarations.items()))
+        key = (*self._key(part.match, recipe, params), spec.key, layouts)
+        hit = _cached(key)
+        if hit is None:
+            with self.clock("transformation"):
+                hit = fuse_part(part, fusion)
+            _remember(key, hit if isinstance(hit, str) else replace(hit, fusion=None))
+        return hit if isinstance(hit, str) else replace(hit, match=part.match, fusion=fusion)
 
     def _build(self, m: Match, recipe: Recipe, params: Mapping[str, Any]) -> Part | str:
         from feinsum.matching.replay import transformed_einsum
@@ -247,8 +273,27 @@ class Planner:
 
     # }}}
 
-    def plan(self, m: Match) -> Plan:
-        """Decide what to do with group *m* (see the module docstring)."""
+    def plan(self, m: Match, fusion: Fusion | None = None) -> Plan:
+        """Decide what to do with group *m* (see the module docstring), with the elementwise
+        work *fusion* found fused into its kernel where the recipe's kernel allows."""
+        plan = self._plan(m)
+        if fusion is None:
+            return plan
+        notes = list(fusion.notes)
+        if fusion.spec is None or plan.part is None or plan.report.recipe is None:
+            return replace(plan, report=replace(plan.report, not_fused=tuple(notes)))
+        recipe = self.by_name[plan.report.recipe]
+        fused = self.fused(plan.part, fusion, recipe, plan.report.params or {})
+        if isinstance(fused, str):
+            names = {**m.from_canonical, **fusion.names}
+            notes.append(f"{', '.join(fusion.spec.describe(names))}: not fused "
+                         f"({plan.report.recipe}: {fused})")
+            return replace(plan, report=replace(plan.report, not_fused=tuple(notes)))
+        described = fusion.spec.describe({**m.from_canonical, **fusion.names})
+        return Plan(fused, replace(plan.report, fused=described, not_fused=tuple(notes)),
+                    plain=plan.part)
+
+    def _plan(self, m: Match) -> Plan:
         e = m.einsum
         fixed = {k: v for k, v in self.opts.lengths if k in e.length_symbols}
         e_at = e.with_lengths(fixed) if fixed else e

@@ -315,6 +315,7 @@ def _transformed(original: Any, planner: Planner, schedule_all: bool, run_once: 
                  ) -> tuple[Any, HookReport]:
     """The program transformed (within its budgets) and checked, and its report."""
     from feinsum.hook.kernels import transform_kernel
+    from feinsum.hook.launches import LazyLaunches
     from feinsum.hook.payoff import code_budget, program_size, time_budget
     from feinsum.hook.schedule import DefaultSchedule
 
@@ -365,6 +366,7 @@ def _transformed(original: Any, planner: Planner, schedule_all: bool, run_once: 
         groups=tuple(g for name in names for g in groups[name]),
         kernels=tuple(names), kernel_reports=tuple(kernels[name] for name in names),
         note=note, mode="schedule" if run_once else "transform",
+        programs=LazyLaunches(original, t_unit),
         before=program_size(original, changed).as_dict() if changed else {},
         after=program_size(t_unit, changed).as_dict() if changed else {})
     return t_unit, report

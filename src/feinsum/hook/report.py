@@ -7,7 +7,10 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+if TYPE_CHECKING:
+    from feinsum.hook.launches import Launches, LazyLaunches
 
 #: What the hook did with one statement group.
 Action: TypeAlias = Literal["replayed", "tuned", "default", "untransformed", "skipped", "failed"]
@@ -24,6 +27,9 @@ class GroupReport:
     (every candidate raised; the statements are untouched and ``note`` says why).
     ``rung`` is the fallback-chain rung of the record (``"default"`` when none was used);
     ``expected_gflops`` the record's GFLOP/s (at ``record_lengths``), None without one.
+    ``fused``: the operand expressions its kernel evaluates in its loads and the epilogues
+    it applies in its stores (:mod:`feinsum.spec.fused`); ``not_fused``: what could have
+    been and why not (the statements then run as they were, in kernels of their own).
     """
 
     kernel: str
@@ -40,6 +46,10 @@ class GroupReport:
     record_id: str | None = None
     record_lengths: Mapping[str, int] | None = None
     note: str = ""
+    #: the elementwise work computed in the einsum's loads and stores (kernel names)
+    fused: tuple[str, ...] = ()
+    #: elementwise work that could have been fused and was not, and why
+    not_fused: tuple[str, ...] = ()
 
     @property
     def transformed(self) -> bool:
@@ -49,6 +59,7 @@ class GroupReport:
         d = asdict(self)
         d["params"] = None if self.params is None else dict(self.params)
         d["record_lengths"] = None if self.record_lengths is None else dict(self.record_lengths)
+        d["fused"], d["not_fused"] = list(self.fused), list(self.not_fused)
         return d
 
 
@@ -103,6 +114,11 @@ class HookReport:
     ``mode``: ``"transform"``, or ``"schedule"`` for a program that runs once (only the
     default schedule). ``before``/``after``: the size of the changed kernels (statements,
     statements once unrolled, global barriers) untransformed and as returned.
+
+    :attr:`launches` and :attr:`untransformed_launches` list the device kernels of the
+    program after and before the hook (:mod:`feinsum.hook.launches`: launch grids, the
+    global temporaries each writes and their bytes), so that what the hook added shows;
+    they are computed when first asked for (a linearization of each program).
     """
 
     device: str
@@ -118,6 +134,17 @@ class HookReport:
     mode: str = "transform"
     before: Mapping[str, int] = field(default_factory=dict)
     after: Mapping[str, int] = field(default_factory=dict)
+    programs: LazyLaunches | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def launches(self) -> Launches | None:
+        """The device kernels of the transformed program (None: not known)."""
+        return None if self.programs is None else self.programs.get()[1]
+
+    @property
+    def untransformed_launches(self) -> Launches | None:
+        """The device kernels of the program the hook was given."""
+        return None if self.programs is None else self.programs.get()[0]
 
     @property
     def transformed(self) -> int:
@@ -137,7 +164,10 @@ class HookReport:
                 "before": dict(self.before), "after": dict(self.after),
                 "kernels": list(self.kernels),
                 "groups": [g.as_dict() for g in self.groups],
-                "kernel_reports": [k.as_dict() for k in self.kernel_reports]}
+                "kernel_reports": [k.as_dict() for k in self.kernel_reports],
+                "launches": None if self.launches is None else self.launches.as_dict(),
+                "untransformed_launches": None if self.untransformed_launches is None
+                else self.untransformed_launches.as_dict()}
 
     def __str__(self) -> str:
         head = (f"feinsum hook on {self.device}: {len(self.groups)} einsum groups in "
@@ -158,6 +188,8 @@ class HookReport:
             note = f" [{g.note}]" if g.note else ""
             lines.append(f"  {g.kernel}:{'+'.join(g.insn_ids)} {g.einsum}: {what} "
                          f"(rung {g.rung}{speed}){note}")
+            lines += [f"    fused: {f}" for f in g.fused]
+            lines += [f"    {f}" for f in g.not_fused]
         for k in self.kernel_reports:
             if k.action == "reverted":
                 lines.append(f"  kernel {k.name}: reverted to the untransformed kernel "
@@ -167,7 +199,18 @@ class HookReport:
                              "given the default parallel schedule")
             for insn_id, why in k.rejected.items():
                 lines.append(f"  kernel {k.name}: statement {insn_id} not an einsum: {why}")
+        lines += self.launch_lines()
         return "\n".join(lines)
+
+    def launch_lines(self) -> list[str]:
+        """The device kernels before and after, as :meth:`__str__` prints them."""
+        after, before = self.launches, self.untransformed_launches
+        if after is None or before is None:
+            return []
+        lines = [f"  device kernels: {after.summary()} (untransformed: {before.summary()})"]
+        lines += after.lines() + ([f"    [{after.note}]"] if after.note else [])
+        lines += ["  untransformed:", *before.lines()]
+        return lines + ([f"    [{before.note}]"] if before.note else [])
 
 
 class Clock:

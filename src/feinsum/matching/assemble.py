@@ -11,11 +11,15 @@ the kernel a recipe made of its canonical form) and returns one kernel in which
 * every other statement, temporary and substitution rule of the user's kernel is kept;
   loops and temporaries only the matched statements used go;
 * the statements are ordered by their dependencies, as *units*: each part is one, and
-  consecutive other statements with the same loops form one. A global barrier separates
-  two units when either runs on hardware axes, so each runs as a device kernel with its
-  own grid; *schedule* (if given) gives every unit of other statements a parallel
-  schedule of its own (the hook's default one, :mod:`feinsum.hook.schedule`): planned
-  per unit, applied to the kernel in one pass.
+  consecutive other statements with the same loops form one (a part's own include the
+  elementwise statements fused into it, :mod:`feinsum.matching.fusion`). A global
+  barrier separates two units when either runs on hardware axes, so each runs as a
+  device kernel with its own grid; *schedule* (if given) gives every unit of other
+  statements a parallel schedule of its own (the hook's default one,
+  :mod:`feinsum.hook.schedule`): planned per unit, applied to the kernel in one pass.
+  With a schedule, units whose work-groups touch only their own entries share a launch
+  (:mod:`feinsum.matching.merge`), and the global temporaries that then live inside one
+  launch move to local or private memory (:mod:`feinsum.matching.demote`).
 
 The result computes what the user's kernel did (up to the einsums' floating-point
 reassociation); a kernel that cannot be assembled so raises
@@ -38,14 +42,25 @@ from feinsum.errors import RecipeFailure
 if TYPE_CHECKING:
     import loopy as lp
 
+    from feinsum.matching.fusion import Fusion
     from feinsum.matching.model import Match
+
 
 class Schedule(Protocol):
     """A parallel schedule for the units of other statements: ``plan(kernel, statement_ids,
-    memo)`` for each unit (None: leave it; *memo* is shared by the units of one kernel),
-    then ``apply(kernel, plans)`` once."""
+    memo, hint)`` for each unit (None: leave it; *memo* is shared by the units of one
+    kernel; *hint*: the blocks of the nearest transformed einsum, see
+    :func:`feinsum.matching.merge.chunk_hint`, or None), then ``apply(kernel, plans)``
+    once. A plan whose ``chunked`` is true follows the hint (:func:`~feinsum.matching.
+    merge.schedule_rest` plans it again without one where it cannot share the einsum's
+    launch). ``local_memory`` and ``private_memory``: the bytes per work-group (per
+    work-item) that launch-internal temporaries may take (:mod:`feinsum.matching.demote`)."""
 
-    def plan(self, knl: Any, insn_ids: frozenset[str], memo: dict[str, Any]) -> Any | None:
+    local_memory: int
+    private_memory: int
+
+    def plan(self, knl: Any, insn_ids: frozenset[str], memo: dict[str, Any],
+             hint: Any = None) -> Any | None:
         ...
 
     def apply(self, knl: Any, plans: Sequence[Any]) -> Any:
@@ -65,6 +80,31 @@ class Part:
     callables: Mapping[str, Any] = field(default_factory=dict)
     #: why loopy cannot schedule the kernel (None: it can)
     problem: str | None = None
+    #: the elementwise work fused into the kernel (:mod:`feinsum.matching.fusion`)
+    fusion: Fusion | None = None
+
+    @property
+    def insn_ids(self) -> tuple[str, ...]:
+        """The user's statements the part computes: the match's and those fused in."""
+        extra = () if self.fusion is None else self.fusion.statements
+        return (*self.match.all_insn_ids, *extra)
+
+    @property
+    def names(self) -> dict[str, str]:
+        """Canonical name -> the user's name, for every name of the part's kernel."""
+        names = dict(self.match.from_canonical)
+        if self.fusion is not None:
+            names.update(self.fusion.names)
+        return names
+
+    @property
+    def arrays(self) -> set[str]:
+        """The user's arrays the part reads or writes."""
+        names = self.names
+        used = {names.get(a.name, a.name) for a in self.kernel.args}
+        dropped = set() if self.fusion is None else set(self.fusion.dropped)
+        return ({a.name for a in self.match.einsum.arrays}
+                | {o for row in self.match.outputs for o in row} | used) - dropped
 
 
 # {{{ helpers
@@ -128,7 +168,7 @@ def _place(part: Part, taken: set[str], ids: set[str]) -> Any:
     from feinsum.matching.normalize import kernel_names, rename_kernel, resolve_names
 
     tk = part.kernel
-    to_user = dict(part.match.from_canonical)
+    to_user = part.names
     names = kernel_names(tk)
     arg_names = {a.name for a in tk.args}
     exact = {c: u for c, u in to_user.items() if c in arg_names}
@@ -190,7 +230,7 @@ def _arguments(base: Any, parts: Sequence[Part], placed: Sequence[Any], rest_nam
     added: dict[str, Any] = {}
     user_args = {a.name: a for a in base.args}
     for part, tk in zip(parts, placed, strict=True):
-        to_user = dict(part.match.from_canonical)
+        to_user = part.names
         fixed = part.match.canonical_lengths
         ref_args = {to_user.get(a.name, a.name): a for a in part.reference.args
                     if a.name not in fixed}
@@ -343,7 +383,7 @@ def _order(user: Any, parts: Sequence[Part], rest: Sequence[Any]) -> list[Any]:
     position = {insn.id: k for k, insn in enumerate(user.instructions)}
     owner: dict[str, int] = {}
     for k, p in enumerate(parts):
-        for i in p.match.all_insn_ids:
+        for i in p.insn_ids:
             owner[i] = k
 
     def node(dep: str) -> Any:
@@ -353,13 +393,13 @@ def _order(user: Any, parts: Sequence[Part], rest: Sequence[Any]) -> list[Any]:
     for insn in rest:
         deps[insn.id] = {node(d) for d in insn.depends_on if d in position}
     for k, p in enumerate(parts):
-        ids = set(p.match.all_insn_ids)
+        ids = set(p.insn_ids)
         deps[k] = {node(d) for i in ids for d in user.id_to_insn[i].depends_on
                    if d in position and d not in ids}
     for n in deps:
         deps[n].discard(n)
     rank = {n: (position[n] if isinstance(n, str) else
-                min(position[i] for i in parts[n].match.all_insn_ids)) for n in deps}
+                min(position[i] for i in parts[n].insn_ids)) for n in deps}
     users: dict[Any, set[Any]] = {n: set() for n in deps}
     for n, ds in deps.items():
         for d in ds:
@@ -406,6 +446,8 @@ class Assembled:
 
     kernel: lp.LoopKernel
     scheduled: int = 0
+    #: per unit, the first unit of its launch (:func:`feinsum.matching.merge.launch_groups`)
+    launches: tuple[int, ...] = ()
 
 
 def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
@@ -413,12 +455,11 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
     """The user's kernel with every part in place of its matched statements (see the
     module docstring)."""
     import loopy as lp
-    from loopy.kernel.instruction import BarrierInstruction
 
     from feinsum.matching.normalize import kernel_names
 
-    matched_ids = {i for p in parts for i in p.match.all_insn_ids}
-    if len(matched_ids) != sum(len(p.match.all_insn_ids) for p in parts):
+    matched_ids = {i for p in parts for i in p.insn_ids}
+    if len(matched_ids) != sum(len(p.insn_ids) for p in parts):
         raise RecipeFailure("two transformed einsums claim the same statement")
     matched = [user.id_to_insn[i] for i in matched_ids]
     rest = [insn for insn in user.instructions if insn.id not in matched_ids]
@@ -427,8 +468,7 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
 
     used = _insn_names(rest) | _names_in_rules(user)
     # the einsums' own inputs and outputs stay, whoever else reads them
-    io = {a.name for p in parts for a in p.match.einsum.arrays} | {
-        o for p in parts for row in p.match.outputs for o in row}
+    io = {a for p in parts for a in p.arrays}
     mine = _insn_names(matched)
     drop_inames = {i for i in mine & set(user.all_inames()) if i not in used}
     drop_temps = {t for t in mine & set(user.temporary_variables) if t not in used | io}
@@ -450,7 +490,7 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
     # {{{ statements, in units
 
     part_ids = [frozenset(insn.id for insn in tk.instructions) for tk in placed]
-    owner = {i: k for k, p in enumerate(parts) for i in p.match.all_insn_ids}
+    owner = {i: k for k, p in enumerate(parts) for i in p.insn_ids}
 
     def redirect(deps: Iterable[str]) -> frozenset[str]:
         out: set[str] = set()
@@ -466,8 +506,8 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
         members: set[str] = set()
         for n in nodes:
             if isinstance(n, int):
-                ext = {d for i in parts[n].match.all_insn_ids
-                       for d in user.id_to_insn[i].depends_on} - set(parts[n].match.all_insn_ids)
+                ext = {d for i in parts[n].insn_ids
+                       for d in user.id_to_insn[i].depends_on} - set(parts[n].insn_ids)
                 extra = redirect(d for d in ext if d in user.id_to_insn)
                 for insn in placed[n].instructions:
                     new[insn.id] = insn.copy(depends_on=insn.depends_on | extra)
@@ -481,39 +521,24 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
     # }}}
 
     knl = _combined(base, placed, args, list(new.values()))
+    from feinsum.matching.merge import launch_groups, schedule_rest, with_barriers
+
     scheduled = 0
     if schedule is not None:
-        memo: dict[str, Any] = {}
-        plans = [schedule.plan(knl, unit, memo)
-                 for (key, _), unit in zip(units, unit_ids, strict=True)
-                 if key[0] == "rest" and key[1] and not has_hw_axes(knl, unit)]
-        plans = [p for p in plans if p is not None]
-        knl = schedule.apply(knl, plans)
-        scheduled = len(plans)
-
-    # {{{ global barriers between units that need their own grids
-
+        knl, scheduled = schedule_rest(knl, [key for key, _ in units], unit_ids, schedule)
     hw = [has_hw_axes(knl, unit) for unit in unit_ids]
-    cuts = [k for k in range(1, len(unit_ids)) if hw[k] or hw[k - 1]]
+    first = (launch_groups(knl, unit_ids, hw) if schedule is not None
+             else list(range(len(unit_ids))))
+    cuts = [k for k in range(1, len(unit_ids)) if (hw[k] or hw[k - 1]) and first[k] == k]
     _check_private(knl, unit_ids, cuts)
-    insns = {insn.id: insn for insn in knl.instructions}
-    position = {insn.id: k for k, insn in enumerate(knl.instructions)}
-    result: list[Any] = []
-    last: str | None = None
-    for k, unit in enumerate(unit_ids):
-        if k in cuts:
-            bid = fresh_name("feinsum_gbarrier", ids)
-            result.append(BarrierInstruction(
-                id=bid, depends_on=unit_ids[k - 1] | ({last} if last else set()),
-                synchronization_kind="global", mem_kind="global", within_inames=frozenset()))
-            last = bid
-        for i in sorted(unit, key=position.__getitem__):
-            insn = insns[i]
-            result.append(insn if last is None else insn.copy(depends_on=insn.depends_on | {last}))
+    result = with_barriers(knl, unit_ids, first, cuts, lambda stem: fresh_name(stem, ids))
+    if schedule is not None:
+        from feinsum.matching.demote import demote
 
-    # }}}
-
-    return Assembled(knl.copy(instructions=result), scheduled)
+        knl, _ = demote(knl.copy(instructions=result), unit_ids, first,
+                        schedule.local_memory, schedule.private_memory)
+        result = list(knl.instructions)
+    return Assembled(knl.copy(instructions=result), scheduled, tuple(first))
 
 
 def _combined(base: Any, placed: Sequence[Any], args: list[Any], insns: list[Any]) -> Any:
