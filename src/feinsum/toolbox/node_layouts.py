@@ -22,6 +22,8 @@ from feinsum.toolbox.node_plan import (
     cells,
     chunks,
     fetch_dims,
+    flat_possible,
+    flat_stage,
     itemsize,
     kept_private,
     length,
@@ -83,10 +85,15 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
 
     lsu = fma = 0.0  # per work-item and block, then per element
     passes = chunks(e.nrows, layout.rows_per_pass)
+    flat = 0.0  # a flat first stage's, per element
     for s, st in enumerate(stages):
         lane = stage_lane(e, stages, s)
         points = math.prod(length(e, i) for i in stage_indices(e, stages, s)
                            if i not in st.out)
+        if flat_stage(e, stages, layout, s):
+            flat, f = _flat_cost(e, stages, points, sg)
+            fma += f * B / warps
+            continue
         acc = cells(e, stages, s, layout) * passes
         fma += acc * points * max(1, len(st.inputs) - 1)
         for col in st.inputs:
@@ -102,7 +109,7 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
                 col == "w" or access(e, stages, int(col), layout.registers) != "lanes")
         if s == len(stages) - 1 or not kept_private(e, stages, s):  # stores
             lsu += acc * waves(min(L0, sg), spans, s < len(stages) - 1)
-    lsu *= warps / B
+    lsu = lsu * warps / B + flat
     # the block's copies into local memory: a global read and a local store per value
     el = element_index(e)
     staged = sum(math.prod(length(e, i) for i in e.in_indices[c] if i != el)
@@ -116,6 +123,20 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
     fma = fma * warps / B / fp_rate
     resident = resident_groups(e, stages, layout, device) * warps
     return max(lsu, fma) * max(1.0, LATENCY_SUBGROUPS / resident)
+
+
+def _flat_cost(e: BatchedEinsum, stages: Sequence[Stage], points: int, sg: int
+               ) -> tuple[float, float]:
+    """A flat first stage's wavefronts and multiply-adds per element (and subgroup): its
+    entries spread over all the lanes, an operand ending with the stage's outputs read
+    coalesced (a run of a subgroup's values), the others one line per access, the result
+    stored to local memory in runs."""
+    st, isz = stages[0], itemsize(e)
+    rows = e.nrows if any(int(c) in specific(e) for c in st.inputs) else 1
+    entries = math.prod(length(e, i) for i in st.out) * rows / sg  # subgroup rounds
+    run = max(1, -(-sg * isz // (sg * 4)))
+    reads = sum(run if e.in_indices[int(c)][-1] in st.out else 1 for c in st.inputs)
+    return entries * (points * reads + run), entries * points * max(1, len(st.inputs) - 1)
 
 
 def resident_groups(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout,
@@ -189,13 +210,14 @@ def _candidates(e: BatchedEinsum, device: Any) -> Iterator[tuple[int | None, Nod
         regs = [False, True] if any(access(e, stages, c, True) == "registers"
                                     for c in range(e.noperands)) else [False]
         splits = [False, True] if split_index(e, stages) else [False]
-        for n, f, reg, sp in itertools.product((1, 2, 4, 8), range(1, e.nrows + 1), regs,
-                                               splits):
-            lay = NodeLayout(lanes, rows, n, f, reg, 0, sp)
+        flats = [False, True] if flat_possible(e, stages) else [False]
+        for n, f, reg, sp, fl in itertools.product((1, 2, 4, 8), range(1, e.nrows + 1), regs,
+                                                   splits, flats):
+            lay = NodeLayout(lanes, rows, n, f, reg, 0, sp, fl)
             yield last, lay
             # one wave of work-groups looping over the blocks: operators staged once
             yield last, NodeLayout(lanes, rows, n, f, reg, device.compute_units
-                                   * resident_groups(e, stages, lay, device), sp)
+                                   * resident_groups(e, stages, lay, device), sp, fl)
 
 
 class _Same:
