@@ -150,7 +150,7 @@ def test_a_configuration_that_does_not_fit_names_the_limit() -> None:
     with pytest.raises(InvalidConfigurationError, match="local_mem_size"):
         recipe().space(e, H100).validate(cfg)
     cfg = {**recipe().default(e, H100), "node_lanes": 35, "rows": 2, "elements": 8,
-           "rows_per_pass": 4}
+           "rows_per_pass": 4, "flat": False}
     with pytest.raises(InvalidConfigurationError, match="registers_per_work_item"):
         recipe().space(e, H100).validate(cfg)
     cfg = {**recipe().default(e, H100), "node_lanes": 35, "rows": 32}

@@ -33,6 +33,7 @@ from feinsum.toolbox.node_plan import (
     owners,
     plan_stages,
     registers,
+    sliced,
     slots,
     specific,
     split_index,
@@ -115,10 +116,15 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
     staged = sum(math.prod(length(e, i) for i in e.in_indices[c] if i != el)
                  * (e.nrows if c in specific(e) else 1) for c in range(e.noperands)
                  if access(e, stages, c, layout.registers) == "staged")
-    operators = sum(operator_entries(e, stages, c, L0) for (r, c), o in owners(e).items()
-                    if o == r and access(e, stages, c, layout.registers) in ("local",
-                                                                           "registers"))
-    lsu += 2 * waves(sg) / sg * (staged + (0 if layout.groups else operators / B))
+    # the operators: per work-group, or per block and slice of the split index (sliced)
+    operators = 0.0
+    for (r, c), o in owners(e).items():
+        if o == r and access(e, stages, c, layout.registers) in ("local", "registers"):
+            if sliced(e, stages, layout, c):
+                operators += math.prod(length(e, i) for i in e.in_indices[c]) / B
+            elif not layout.groups:
+                operators += operator_entries(e, stages, c, L0) / B
+    lsu += 2 * waves(sg) / sg * (staged + operators)
     fp_rate = FP32_LANES / sg * (device.fp64_rate if isz == 8 and device.fp64_rate else 1.0)
     fma = fma * warps / B / fp_rate
     resident = resident_groups(e, stages, layout, device) * warps
@@ -211,13 +217,15 @@ def _candidates(e: BatchedEinsum, device: Any) -> Iterator[tuple[int | None, Nod
                                     for c in range(e.noperands)) else [False]
         splits = [False, True] if split_index(e, stages) else [False]
         flats = [False, True] if flat_possible(e, stages) else [False]
-        for n, f, reg, sp, fl in itertools.product((1, 2, 4, 8), range(1, e.nrows + 1), regs,
-                                                   splits, flats):
-            lay = NodeLayout(lanes, rows, n, f, reg, 0, sp, fl)
+        for n, f, reg, sp, fl, cut in itertools.product(
+                (1, 2, 4, 8), range(1, e.nrows + 1), regs, splits, flats, (False, True)):
+            lay = NodeLayout(lanes, rows, n, f, reg, 0, sp, fl, cut)
+            if cut and (reg or not any(sliced(e, stages, lay, c) for c in range(e.noperands))):
+                continue
             yield last, lay
             # one wave of work-groups looping over the blocks: operators staged once
             yield last, NodeLayout(lanes, rows, n, f, reg, device.compute_units
-                                   * resident_groups(e, stages, lay, device), sp, fl)
+                                   * resident_groups(e, stages, lay, device), sp, fl, cut)
 
 
 class _Same:
