@@ -21,6 +21,8 @@ from feinsum.toolbox.node_plan import (
     access,
     cells,
     chunks,
+    direct_stage,
+    element,
     fetch_dims,
     flat_possible,
     flat_stage,
@@ -30,14 +32,17 @@ from feinsum.toolbox.node_plan import (
     local_entries,
     node_reason,
     operator_entries,
+    outer,
     owners,
     plan_stages,
+    private_indices,
     registers,
     sliced,
     slots,
     specific,
     split_index,
     stage_lane,
+    stage_out,
     unrolled_statements,
 )
 
@@ -95,17 +100,20 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
             flat, f = _flat_cost(e, stages, points, sg)
             fma += f * B / warps
             continue
-        acc = cells(e, stages, s, layout) * passes
+        # a split layout computes the first stage once per value of the split index
+        split = outer(e, stages, layout)
+        acc = cells(e, stages, s, layout) * passes * (length(e, split) if split and s == 0
+                                                      else 1)
         fma += acc * points * max(1, len(st.inputs) - 1)
         for col in st.inputs:
-            dims = fetch_dims(e, stages, s, col, layout.registers)
+            dims = fetch_dims(e, stages, s, col, layout.registers, split)
             if dims is None:
                 continue
             sizes = {"n": layout.elements, "t": chunks(length(e, lane), L0)}
             count = math.prod(sizes.get(d) or length(e, d) for d in dims)
             copies = slots(e, layout) if col == "w" or int(col) in specific(e) else 1
             # one run of addresses per subgroup, except a "lanes" read: one per row
-            lsu += points * passes * count * copies * waves(
+            lsu += points * acc / cells(e, stages, s, layout) * count * copies * waves(
                 min(L0, sg) if "t" in dims else 1, spans if "n" in dims else 1,
                 col == "w" or access(e, stages, int(col), layout.registers) != "lanes")
         if s == len(stages) - 1 or not kept_private(e, stages, s):  # stores
@@ -127,8 +135,56 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
     lsu += 2 * waves(sg) / sg * (staged + operators)
     fp_rate = FP32_LANES / sg * (device.fp64_rate if isz == 8 and device.fp64_rate else 1.0)
     fma = fma * warps / B / fp_rate
-    resident = resident_groups(e, stages, layout, device) * warps
-    return max(lsu, fma) * max(1.0, LATENCY_SUBGROUPS / resident)
+    resident = resident_groups(e, stages, layout, device)
+    return max(lsu, fma, _latency(e, stages, layout) / (B * resident)) * max(
+        1.0, LATENCY_SUBGROUPS / (resident * warps))
+
+
+#: cycles a work-group waits for a global read, a local read, a dependent multiply-add
+#: (NVIDIA's orders of magnitude; two reads of a rolled loop's iterations in flight)
+GLOBAL_WAIT, LOCAL_WAIT, FMA_WAIT = 300.0, 15.0, 6.0
+
+
+def _latency(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> float:
+    """The cycles one work-group waits in sequence per block: per rolled reduction
+    iteration a read and a dependent multiply-add, a global read per flat round that is
+    not unrolled (or one for all), a global read per element copy."""
+    passes = chunks(e.nrows, layout.rows_per_pass)
+    split = outer(e, stages, layout)
+    trips = length(e, split) if split else 1
+    def copy(count: int) -> float:  # a copy loop, unrolled up to 16 rounds
+        rounds = chunks(count, layout.work_items)
+        return GLOBAL_WAIT * (rounds if rounds > 16 else 1)
+
+    total = 0.0
+    for (r, c), o in owners(e).items():
+        mode = access(e, stages, c, layout.registers)
+        if o == r and mode in ("local", "registers"):
+            n = math.prod(length(e, i) for i in e.in_indices[c])
+            if sliced(e, stages, layout, c):
+                total += passes * trips * copy(n // trips)
+            elif not layout.groups:
+                total += copy(n)
+        elif mode == "staged" and (o == r or c in specific(e)):
+            total += passes * copy(layout.block * math.prod(
+                length(e, i) for i in e.in_indices[c] if i != element(e)))
+    for s, st in enumerate(stages):
+        inside = trips if s < 2 else 1
+        if flat_stage(e, stages, layout, s):
+            size = math.prod(length(e, i) for i in stage_out(e, stages, s, split))
+            rounds = chunks(size * layout.block, layout.work_items)
+            total += passes * inside * GLOBAL_WAIT * (rounds if rounds > 16 else 1)
+            continue
+        if direct_stage(e, stages, layout, s):
+            total += passes * GLOBAL_WAIT
+            continue
+        rolled = math.prod(length(e, i) for i in stage_indices(e, stages, s)
+                           if i not in st.out and i != split
+                           and i not in private_indices(e, stages, s, layout.registers))
+        glob = any(col != "w" and access(e, stages, int(col), layout.registers)
+                   in ("lanes", "broadcast") for col in st.inputs)
+        total += passes * inside * rolled * ((GLOBAL_WAIT if glob else LOCAL_WAIT) + FMA_WAIT)
+    return total
 
 
 def _flat_cost(e: BatchedEinsum, stages: Sequence[Stage], points: int, sg: int
