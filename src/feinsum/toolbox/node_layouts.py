@@ -21,20 +21,28 @@ from feinsum.toolbox.node_plan import (
     access,
     cells,
     chunks,
+    direct_stage,
+    element,
     fetch_dims,
+    flat_possible,
+    flat_stage,
     itemsize,
     kept_private,
     length,
     local_entries,
     node_reason,
     operator_entries,
+    outer,
     owners,
     plan_stages,
+    private_indices,
     registers,
+    sliced,
     slots,
     specific,
     split_index,
     stage_lane,
+    stage_out,
     unrolled_statements,
 )
 
@@ -45,7 +53,7 @@ from feinsum.toolbox.node_plan import (
 #: what :func:`layout_cost` divides multiply-adds by (fp64: times the device's fp64 rate).
 FP32_LANES = 128
 #: Subgroups a compute unit needs resident to hide memory latencies (:func:`layout_cost`).
-LATENCY_SUBGROUPS = 16
+LATENCY_SUBGROUPS = 12
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -66,9 +74,11 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
     """An estimate of a layout's time per element on *device*, in compute-unit clocks:
     the most of its L1/local-memory wavefronts (a wavefront moves one 32-bit word per lane
     of a subgroup; a subgroup's access to ``d`` distinct values of one row takes
-    ``d*itemsize / wavefront`` of them, rounded up, once per element row it spans) and
-    its multiply-add issue (:data:`FP32_LANES`), stretched when fewer than
-    :data:`LATENCY_SUBGROUPS` subgroups fit a compute unit (registers, local memory)."""
+    ``d*itemsize / wavefront`` of them, rounded up, once per element row it spans), its
+    multiply-add issue (:data:`FP32_LANES`) and its latency (:func:`_latency` over the
+    resident work-groups): the largest and :data:`OVERLAP` of the second, stretched when
+    fewer than :data:`LATENCY_SUBGROUPS` subgroups fit a compute unit (registers, local
+    memory)."""
     sg, isz = _subgroup(device), itemsize(e)
     L0, B = layout.lanes, layout.block
     warps = -(-layout.work_items // sg)
@@ -83,39 +93,119 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
 
     lsu = fma = 0.0  # per work-item and block, then per element
     passes = chunks(e.nrows, layout.rows_per_pass)
+    flat = 0.0  # a flat first stage's, per element
     for s, st in enumerate(stages):
         lane = stage_lane(e, stages, s)
         points = math.prod(length(e, i) for i in stage_indices(e, stages, s)
                            if i not in st.out)
-        acc = cells(e, stages, s, layout) * passes
+        if flat_stage(e, stages, layout, s):
+            flat, f = _flat_cost(e, stages, points, sg)
+            fma += f * B / warps
+            continue
+        # a split layout computes the first stage once per value of the split index
+        split = outer(e, stages, layout)
+        acc = cells(e, stages, s, layout) * passes * (length(e, split) if split and s == 0
+                                                      else 1)
         fma += acc * points * max(1, len(st.inputs) - 1)
         for col in st.inputs:
-            dims = fetch_dims(e, stages, s, col, layout.registers)
+            dims = fetch_dims(e, stages, s, col, layout.registers, split)
             if dims is None:
                 continue
             sizes = {"n": layout.elements, "t": chunks(length(e, lane), L0)}
             count = math.prod(sizes.get(d) or length(e, d) for d in dims)
             copies = slots(e, layout) if col == "w" or int(col) in specific(e) else 1
             # one run of addresses per subgroup, except a "lanes" read: one per row
-            lsu += points * passes * count * copies * waves(
+            lsu += points * acc / cells(e, stages, s, layout) * count * copies * waves(
                 min(L0, sg) if "t" in dims else 1, spans if "n" in dims else 1,
                 col == "w" or access(e, stages, int(col), layout.registers) != "lanes")
         if s == len(stages) - 1 or not kept_private(e, stages, s):  # stores
             lsu += acc * waves(min(L0, sg), spans, s < len(stages) - 1)
-    lsu *= warps / B
+    lsu = lsu * warps / B + flat
     # the block's copies into local memory: a global read and a local store per value
     el = element_index(e)
     staged = sum(math.prod(length(e, i) for i in e.in_indices[c] if i != el)
                  * (e.nrows if c in specific(e) else 1) for c in range(e.noperands)
                  if access(e, stages, c, layout.registers) == "staged")
-    operators = sum(operator_entries(e, stages, c, L0) for (r, c), o in owners(e).items()
-                    if o == r and access(e, stages, c, layout.registers) in ("local",
-                                                                           "registers"))
-    lsu += 2 * waves(sg) / sg * (staged + (0 if layout.groups else operators / B))
+    # the operators: per work-group, or per block and slice of the split index (sliced)
+    operators = 0.0
+    for (r, c), o in owners(e).items():
+        if o == r and access(e, stages, c, layout.registers) in ("local", "registers"):
+            if sliced(e, stages, layout, c):
+                operators += math.prod(length(e, i) for i in e.in_indices[c]) / B
+            elif not layout.groups:
+                operators += operator_entries(e, stages, c, L0) / B
+    lsu += 2 * waves(sg) / sg * (staged + operators)
     fp_rate = FP32_LANES / sg * (device.fp64_rate if isz == 8 and device.fp64_rate else 1.0)
     fma = fma * warps / B / fp_rate
-    resident = resident_groups(e, stages, layout, device) * warps
-    return max(lsu, fma) * max(1.0, LATENCY_SUBGROUPS / resident)
+    resident = resident_groups(e, stages, layout, device)
+    bounds = sorted((lsu, fma, _latency(e, stages, layout) / (B * resident)), reverse=True)
+    return (bounds[0] + OVERLAP * bounds[1]) * max(1.0, LATENCY_SUBGROUPS / (resident * warps))
+
+
+#: the share of the second-largest bound that does not overlap the largest (as
+#: :mod:`feinsum.prediction` counts it)
+OVERLAP = 0.5
+
+
+#: cycles a work-group waits for a global read, a local read, a dependent multiply-add
+#: (NVIDIA's orders of magnitude; two reads of a rolled loop's iterations in flight)
+GLOBAL_WAIT, LOCAL_WAIT, FMA_WAIT = 300.0, 15.0, 6.0
+
+
+def _latency(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> float:
+    """The cycles one work-group waits in sequence per block: per rolled reduction
+    iteration a read and a dependent multiply-add, a global read per flat round that is
+    not unrolled (or one for all), a global read per element copy."""
+    passes = chunks(e.nrows, layout.rows_per_pass)
+    split = outer(e, stages, layout)
+    trips = length(e, split) if split else 1
+    def copy(count: int) -> float:  # a copy loop, unrolled up to 16 rounds
+        rounds = chunks(count, layout.work_items)
+        return GLOBAL_WAIT * (rounds if rounds > 16 else 1)
+
+    total = 0.0
+    for (r, c), o in owners(e).items():
+        mode = access(e, stages, c, layout.registers)
+        if o == r and mode in ("local", "registers"):
+            n = math.prod(length(e, i) for i in e.in_indices[c])
+            if sliced(e, stages, layout, c):
+                total += passes * trips * copy(n // trips)
+            elif not layout.groups:
+                total += copy(n)
+        elif mode == "staged" and (o == r or c in specific(e)):
+            total += passes * copy(layout.block * math.prod(
+                length(e, i) for i in e.in_indices[c] if i != element(e)))
+    for s, st in enumerate(stages):
+        inside = trips if s < 2 else 1
+        if flat_stage(e, stages, layout, s):
+            size = math.prod(length(e, i) for i in stage_out(e, stages, s, split))
+            rounds = chunks(size * layout.block, layout.work_items)
+            total += passes * inside * GLOBAL_WAIT * (rounds if rounds > 16 else 1)
+            continue
+        if direct_stage(e, stages, layout, s):
+            total += passes * GLOBAL_WAIT
+            continue
+        rolled = math.prod(length(e, i) for i in stage_indices(e, stages, s)
+                           if i not in st.out and i != split
+                           and i not in private_indices(e, stages, s, layout.registers))
+        glob = any(col != "w" and access(e, stages, int(col), layout.registers)
+                   in ("lanes", "broadcast") for col in st.inputs)
+        total += passes * inside * rolled * ((GLOBAL_WAIT if glob else LOCAL_WAIT) + FMA_WAIT)
+    return total
+
+
+def _flat_cost(e: BatchedEinsum, stages: Sequence[Stage], points: int, sg: int
+               ) -> tuple[float, float]:
+    """A flat first stage's wavefronts and multiply-adds per element (and subgroup): its
+    entries spread over all the lanes, an operand ending with the stage's outputs read
+    coalesced (a run of a subgroup's values), the others one line per access, the result
+    stored to local memory in runs."""
+    st, isz = stages[0], itemsize(e)
+    rows = e.nrows if any(int(c) in specific(e) for c in st.inputs) else 1
+    entries = math.prod(length(e, i) for i in st.out) * rows / sg  # subgroup rounds
+    run = max(1, -(-sg * isz // (sg * 4)))
+    reads = sum(run if e.in_indices[int(c)][-1] in st.out else 1 for c in st.inputs)
+    return entries * (points * reads + run), entries * points * max(1, len(st.inputs) - 1)
 
 
 def resident_groups(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout,
@@ -189,13 +279,16 @@ def _candidates(e: BatchedEinsum, device: Any) -> Iterator[tuple[int | None, Nod
         regs = [False, True] if any(access(e, stages, c, True) == "registers"
                                     for c in range(e.noperands)) else [False]
         splits = [False, True] if split_index(e, stages) else [False]
-        for n, f, reg, sp in itertools.product((1, 2, 4, 8), range(1, e.nrows + 1), regs,
-                                               splits):
-            lay = NodeLayout(lanes, rows, n, f, reg, 0, sp)
+        flats = [False, True] if flat_possible(e, stages) else [False]
+        for n, f, reg, sp, fl, cut in itertools.product(
+                (1, 2, 4, 8), range(1, e.nrows + 1), regs, splits, flats, (False, True)):
+            lay = NodeLayout(lanes, rows, n, f, reg, 0, sp, fl, cut)
+            if cut and (reg or not any(sliced(e, stages, lay, c) for c in range(e.noperands))):
+                continue
             yield last, lay
             # one wave of work-groups looping over the blocks: operators staged once
             yield last, NodeLayout(lanes, rows, n, f, reg, device.compute_units
-                                   * resident_groups(e, stages, lay, device), sp)
+                                   * resident_groups(e, stages, lay, device), sp, fl, cut)
 
 
 class _Same:

@@ -148,6 +148,8 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
     own = owners(e)
 
     def temp(name: str, shape: tuple[int, ...], dt: Any, local: bool = False) -> None:
+        if any(t.name == name for t in temps):
+            return  # a register array of one slot, reused pass after pass
         temps.append(lp.TemporaryVariable(
             name, dt, shape=shape, address_space=lp.AddressSpace.LOCAL if local
             else lp.AddressSpace.PRIVATE))
@@ -256,7 +258,7 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
             dims = {"n": n, "t": t, **oth}
             fetched: dict[str, str] = {}
             for r in rows:
-                acc, sfx = f"a{s}_r{r}", f"_p{p}_s{s}_r{r}"
+                acc, sfx = f"a{s}_r{r % F}", f"_p{p}_s{s}_r{r}"
                 if direct:
                     insns.append(_direct(e, stages, layout, s, r, vals, red_idx, n, t, regs,
                                          own, E, partial, frozenset(block | inner),
@@ -272,9 +274,11 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
                                                own, E, l1))
                         continue
                     # each value loaded once per reduction point, for all accumulators
-                    name = f"v_p{p}_s{s}_{col}_r{r if col == 'w' else own[r, int(col)]}"
+                    slot = (r % F if col == "w" or int(col) in row_specific(e)
+                            else own[r, int(col)])
+                    name = f"v_s{s}_{col}_r{slot}"
                     if name not in fetched:
-                        fetched[name] = f"fetch{name[1:]}"
+                        fetched[name] = f"fetch_p{p}{name[1:]}"
                         fv = {d: prim.Variable(f"{dims[d].name}_{name}") for d in fd}
                         bounds.update({v.name: bounds[dims[d].name] for d, v in fv.items()})
                         tags.update({v.name: "unr" for v in fv.values()})
@@ -490,7 +494,8 @@ def _factor(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: in
         prev = stages[s - 1]
         if kept_private(e, stages, s - 1):
             plane = stage_lane(e, stages, s - 1)
-            return subscript(f"a{s - 1}_r{r}", n, t, *(vals[i] for i in prev.out if i != plane))
+            return subscript(f"a{s - 1}_r{r % slots(e, layout)}", n, t,
+                             *(vals[i] for i in prev.out if i != plane))
         pout = stage_out(e, stages, s - 1, outer(e, stages, layout))
         size = math.prod(length(e, i) for i in pout)
         return subscript(f"w{s - 1}_{r % slots(e, layout)}",
