@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from feinsum.devices.info import GENERIC_GPU
 from feinsum.spec.model import BatchedEinsum
-from feinsum.toolbox.dense import Stage, element_index, element_stages, plans, stage_indices
+from feinsum.toolbox.dense import Stage, element_stages, plans, stage_indices
 from feinsum.toolbox.node_plan import (
     MAX_GROUPS_PER_UNIT,
     MAX_UNROLLED,
@@ -23,6 +23,7 @@ from feinsum.toolbox.node_plan import (
     chunks,
     direct_stage,
     element,
+    element_index,
     fetch_dims,
     flat_possible,
     flat_stage,

@@ -15,14 +15,18 @@ import pymbolic.primitives as prim
 from pymbolic.mapper.evaluator import evaluate
 
 from feinsum.spec.model import Array, BatchedEinsum
+from feinsum.toolbox import dense
 from feinsum.toolbox.dense import (
     Stage,
-    element_index,
     element_reason,
     element_stages,
     row_specific,
     stage_indices,
 )
+
+#: :func:`feinsum.toolbox.dense.element_index`, remembered (the default search asks it
+#: tens of thousands of times about one einsum)
+element_index = functools.lru_cache(maxsize=1 << 12)(dense.element_index)
 
 #: 32-bit registers every work-item needs besides the values it keeps (indices, addresses).
 BASE_REGISTERS = 24
