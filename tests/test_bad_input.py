@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from bad_input import Row, damage, device, einsum, make_files, roofline, rows
+from cli_support import run_cli
 
 import feinsum
 import feinsum.campaigns
@@ -50,22 +51,6 @@ def here(files: Path, tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("FEINSUM_CACHE_DIR", str(cache))
     monkeypatch.delenv("FEINSUM_DB", raising=False)
     return d
-
-
-def run_cli(*argv: str) -> tuple[int, str, str]:
-    """``feinsum ARGV`` in this process: (exit code, stdout, stderr)."""
-    import contextlib
-    import io
-
-    from feinsum.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(argv))
-        except SystemExit as exc:  # argparse
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
 
 
 def _shell(command: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:

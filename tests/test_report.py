@@ -11,9 +11,7 @@ path (``pytest -rP`` shows it). It skips where no Chromium is installed, unless
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import io
 import json
 import os
 import re
@@ -23,24 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import run_cli
 from database_support import make_device
 
 import feinsum
-from feinsum.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM_REQUIRE_ENV = "FEINSUM_REQUIRE_CHROMIUM"
 TEST_DEVICE = "Report Test Device"
-
-
-def run_cli(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(argv))
-        except SystemExit as exc:  # argparse
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
 
 
 def _device() -> Any:
