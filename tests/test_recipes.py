@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import textwrap
 import warnings
 
@@ -336,6 +338,41 @@ def test_version_covers_the_modules_a_recipe_generates_code_with() -> None:
     assert "feinsum.toolbox.dense" in code_dependencies(root / "dg_operator.py")
     assert {"feinsum.toolbox.transposed", "feinsum.toolbox.dense"} <= set(
         code_dependencies(root / "dg_transposed.py"))
+
+
+def test_what_a_file_imports_is_kept_across_processes(
+        tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A new process reads what each file imports from the cache directory instead of
+    parsing it again (the same versions); an edited file is parsed again."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.setenv("FEINSUM_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "pkg").mkdir()
+    shutil.copy(root / "transforms" / "tiled_1d.py", tmp_path / "pkg" / "tiled_1d.py")
+    script = (
+        "import ast, sys\n"
+        "from feinsum.recipes import get_recipe\n"
+        "parse = ast.parse\n"
+        "n = []\n"
+        "ast.parse = lambda *a, **k: n.append(1) or parse(*a, **k)\n"
+        f"print(get_recipe('tiled_1d', {str(tmp_path / 'pkg')!r}).version, len(n))\n")
+
+    def run() -> tuple[str, int]:
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             check=True, env={**os.environ, "PYTHONPATH": str(root / "src")})
+        version, parsed = out.stdout.split()
+        return version, int(parsed)
+
+    first, second = run(), run()
+    assert first[1] > 0 and second == (first[0], 0)
+    assert (tmp_path / "cache" / "recipe-imports-v1.json").is_file()
+    path = tmp_path / "pkg" / "tiled_1d.py"
+    path.write_text(path.read_text() + "\n# edited\n")
+    third = run()
+    assert third[1] == 1 and third[0] != first[0]
 
 
 def test_apply_and_default_refuse_an_einsum_the_recipe_does_not_claim() -> None:

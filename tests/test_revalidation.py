@@ -263,6 +263,53 @@ def test_read_only_and_shipped_records_are_revalidated_in_memory(
         assert mem.query(einsum_at(), make_device(), recipe_versions=changed) == []
 
 
+def test_shipped_verdicts_are_kept_for_later_processes(
+        tmp_path: Path, recipes_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What lazy revalidation decided about the shipped records is kept beside their cached
+    SQLite file: a later process (a new database object, the code generation cache
+    emptied) answers without generating their code again, until a recipe changes."""
+    from feinsum.tuning import codecheck
+
+    monkeypatch.setenv("FEINSUM_CACHE_DIR", str(tmp_path / "cache"))
+    old = write_recipe(recipes_dir, RECIPE)
+    with open_database(tmp_path / "src.sqlite", include_shipped=False) as db:
+        fill(db, old)
+        db.export(tmp_path / "shipped.jsonl")
+    new = write_recipe(recipes_dir, SAME_CODE["local-variable"](RECIPE))
+    shipped = [tmp_path / "shipped.jsonl"]
+    with open_database(":memory:", include_shipped=shipped) as mem:
+        answer = mem.best(einsum_at(), make_device(),
+                          recipe_versions=CurrentRecipes(recipe_path=recipes_dir))
+        assert answer.record is not None and answer.record.source == "shipped"
+        assert answer.recipe_version == new.version
+        assert len(mem.query(einsum_at(), make_device(),
+                             recipe_versions=CurrentRecipes(recipe_path=recipes_dir))) == 3
+    assert list((tmp_path / "cache").glob("shipped-*.verdicts.json"))
+
+    codecheck._CACHE.clear()
+    generated: list[int] = []
+    real = codecheck.CurrentRecipes.fingerprints
+
+    def counting(self: Any, items: Any) -> Any:
+        generated.append(len(items))
+        return real(self, items)
+
+    monkeypatch.setattr(codecheck.CurrentRecipes, "fingerprints", counting)
+    with open_database(":memory:", include_shipped=shipped) as mem:
+        answer = mem.best(einsum_at(), make_device(),
+                          recipe_versions=CurrentRecipes(recipe_path=recipes_dir))
+        assert answer.record is not None and answer.recipe_version == new.version
+        assert len(mem.query(einsum_at(), make_device(),
+                             recipe_versions=CurrentRecipes(recipe_path=recipes_dir))) == 3
+    assert generated == []
+    # changed code: a new recipe version, decided again (and left out)
+    write_recipe(recipes_dir, RECIPE.replace(*OTHER_CODE))
+    with open_database(":memory:", include_shipped=shipped) as mem:
+        changed = CurrentRecipes(recipe_path=recipes_dir)
+        assert mem.best(einsum_at(), make_device(), recipe_versions=changed).rung == "default"
+    assert generated
+
+
 def test_lazily_retired_records_are_written_back(db: Database, recipes_dir: Path) -> None:
     old = write_recipe(recipes_dir, RECIPE)
     fill(db, old)

@@ -159,6 +159,8 @@ class Database:
 
                     store = open_shipped(shipped_files(self._shipped_spec))
                     self._shipped = store
+                    if store is not None:
+                        self.overlay.keep_in(store.verdicts_file)
                     self._shipped_loaded = True
         return self._shipped
 

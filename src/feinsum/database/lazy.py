@@ -7,8 +7,10 @@ generated again (:mod:`feinsum.database.revalidation`), then it is returned unde
 current version (same code) or left out and retired (changed code). Only the records a
 query would return are checked: :func:`checked_best` checks its best candidate, and the
 next best while that one is retired. Verdicts are written back to the user's database
-when it is writable, and kept in memory for the process otherwise (shipped records,
-read-only databases): each record is checked once per (recipe version, loopy version).
+when it is writable, kept in a file beside the shipped records' cached SQLite file for
+those (:mod:`.kept_verdicts`: every later process reads them), and in memory for the
+process otherwise (read-only databases, shipped records in memory): each record is checked
+once per (recipe version, loopy version).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import contextlib
 import dataclasses
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from feinsum.errors import DatabaseError
@@ -36,12 +39,37 @@ class Overlay:
     def __init__(self) -> None:
         self._verdicts: dict[tuple[str, str, str], Verdict] = {}
         self._lock = threading.Lock()
+        #: where the shipped records' verdicts are kept across processes (None: nowhere)
+        self._kept: Path | None = None
 
-    def add(self, verdicts: Sequence[Verdict], checker: CodeChecker) -> None:
+    def keep_in(self, path: Path | None) -> None:
+        """Read the verdicts kept in *path* (:mod:`.kept_verdicts`), and keep those
+        :meth:`add` is told to keep there."""
+        if path is None:
+            return
+        from .kept_verdicts import load
+
+        found = load(path)
+        with self._lock:
+            self._kept = path
+            for key, v in found.items():
+                self._verdicts.setdefault(key, v)
+
+    def add(self, verdicts: Sequence[Verdict], checker: CodeChecker, keep: bool = False
+            ) -> None:
+        """Remember *verdicts*; *keep*: also in the file of :meth:`keep_in`."""
+        mine = []
         with self._lock:
             for v in verdicts:
                 version = checker.versions.get(v.recipe_name, v.recipe_version)
-                self._verdicts[(v.uid, version, checker.loopy_version)] = v
+                key = (v.uid, version, checker.loopy_version)
+                self._verdicts[key] = v
+                mine.append((key, v))
+            path = self._kept
+        if keep and path is not None:
+            from .kept_verdicts import save
+
+            save(path, mine)
 
     def get(self, r: Record, checker: CodeChecker) -> Verdict | None:
         version = checker.versions.get(r.recipe_name)
@@ -93,7 +121,7 @@ def _resolve(db: Database, records: Sequence[Record], checker: CodeChecker) -> N
         if store is None:  # pragma: no cover - a shipped record comes from the shipped store
             raise DatabaseError(f"no store holds the {source} records")
         verdicts = decide(store, mine, checker)
-        db.overlay.add(verdicts, checker)
+        db.overlay.add(verdicts, checker, keep=source == "shipped")
         if source == "user" and not db.readonly:
             # failing that, the verdicts stand in memory; `feinsum db revalidate` writes them
             with contextlib.suppress(DatabaseError):

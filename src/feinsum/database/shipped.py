@@ -3,7 +3,8 @@
 
 The cache (``$FEINSUM_CACHE_DIR``, else the user cache directory) is keyed by the content of
 the files, built once atomically and then opened immutable; when it cannot be written the
-records are loaded into memory instead.
+records are loaded into memory instead. Beside it, lazy revalidation keeps its verdicts on
+the shipped records (:mod:`.kept_verdicts`).
 """
 
 from __future__ import annotations
@@ -160,7 +161,10 @@ def _open_cached(path: Path, where: str) -> Store:
 
     engine = make_engine(path, readonly=True, immutable=True)
     ensure_schema(engine, readonly=True, where=where)
-    return Store(engine, source="shipped", where=where, readonly=True)
+    store = Store(engine, source="shipped", where=where, readonly=True)
+    if os.access(path.parent, os.W_OK):
+        store.verdicts_file = path.with_name(f"{path.stem}.verdicts.json")
+    return store
 
 
 def _clean_old_caches(directory: Path, keep: Path) -> None:
@@ -169,3 +173,4 @@ def _clean_old_caches(directory: Path, keep: Path) -> None:
         with contextlib.suppress(OSError):
             if p != keep and p.stat().st_mtime < cutoff:
                 p.unlink()
+                p.with_name(f"{p.stem}.verdicts.json").unlink(missing_ok=True)

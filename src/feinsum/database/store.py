@@ -12,6 +12,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
@@ -170,6 +171,9 @@ class Store:
         self.source = source
         self.where = where
         self.readonly = readonly
+        #: where lazy revalidation keeps its verdicts on this store's records when it
+        #: cannot write them to it (:mod:`.kept_verdicts`; None: in memory only)
+        self.verdicts_file: Path | None = None
         self._ids: dict[tuple[str, Any], int] = {}
         self._origins: set[int] = set()
         self._pid = os.getpid()

@@ -79,13 +79,25 @@ def _feinsum_imports(path: Path) -> set[str]:
 
 @functools.lru_cache(maxsize=1024)
 def _imports_of(path: Path, size: int, mtime_ns: int) -> frozenset[str]:
+    from feinsum.recipes import import_scan
+
+    names = import_scan.known(path, size, mtime_ns)
+    if names is None:
+        names = _parse_imports(path)
+        if names is not None:
+            import_scan.remember(path, size, mtime_ns, names)
+    return frozenset(n for n in names or () if not n.startswith(_NOT_CODEGEN))
+
+
+def _parse_imports(path: Path) -> list[str] | None:
+    """The feinsum modules *path* imports (None: it cannot be read or parsed)."""
     import ast
 
     names: set[str] = set()
     try:
         tree = ast.parse(path.read_text(), str(path))
     except (OSError, SyntaxError, ValueError):
-        return frozenset()
+        return None
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names if a.name.startswith("feinsum."))
@@ -95,14 +107,17 @@ def _imports_of(path: Path, size: int, mtime_ns: int) -> frozenset[str]:
             names.update(f"{node.module}.{a.name}" for a in node.names)
             if node.module != "feinsum":
                 names.add(node.module)
-    return frozenset(n for n in names if not n.startswith(_NOT_CODEGEN))
+    return sorted(names)
 
 
 def code_dependencies(path: Path) -> dict[str, Path]:
     """The feinsum modules whose source can change what the recipe in *path* generates:
     those it imports, transitively (the toolboxes, kernel templates, the reference
-    lowering), without the database, CLI, device and recipe-format modules."""
+    lowering), without the database, CLI, device and recipe-format modules. What each
+    file imports is read once per version of the file (:mod:`.import_scan`)."""
     import importlib.util
+
+    from feinsum.recipes import import_scan
 
     found: dict[str, Path] = {}
     seen: set[str] = set()  # names looked up, modules or not (`from m import function`)
@@ -120,6 +135,7 @@ def code_dependencies(path: Path) -> dict[str, Path]:
             continue  # `from feinsum import array` names a function, not a module
         found[name] = Path(spec.origin)
         todo.extend(sorted(_feinsum_imports(found[name]) - seen))
+    import_scan.flush()
     return dict(sorted(found.items()))
 
 
