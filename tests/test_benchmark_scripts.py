@@ -36,6 +36,9 @@ CASES = {
             ["device:", "roofline measured", "local", "gaussian", "fastest peer"]),
     "kernel_reductions": (["bench_kernel_reductions.py", "--sizes", "1000", "--no-keops",
                            "--only", "nn"], ["feinsum"]),
+    "predict_defaults": (["predict_defaults.py", "--family", "dg", "--model", "h200",
+                          "--workload", "local", "--recipe", "dg_nodes", "--rst", "t.rst"],
+                         ["local\th200\tdg_nodes*", "%", " ms"]),
     "query": (["bench_query.py", "--n", "500", "--repeat", "2"], ["best"]),
     "search": (["bench_search.py", "replay"], ["model-based strategy"]),
 }
