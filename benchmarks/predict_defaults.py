@@ -56,7 +56,10 @@ def _rows(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def _rst(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(r[k]) for r in [HEADER, *rows]) for k in range(len(HEADER))]
     rule = "  ".join("=" * n for n in widths)
-    line = lambda r: "  ".join(c.ljust(n) for c, n in zip(r, widths, strict=True)).rstrip()  # noqa: E731
+
+    def line(r: tuple[str, ...]) -> str:
+        return "  ".join(c.ljust(n) for c, n in zip(r, widths, strict=True)).rstrip()
+
     return "\n".join([rule, line(HEADER), rule, *map(line, rows), rule, ""])
 
 
