@@ -184,6 +184,51 @@ def test_epilogue_reads_the_einsums_own_arrays(cl_device: Any, cl_queue: Any) ->
                                atol=1e-12)
 
 
+def test_one_work_item_groups_need_no_work_group_barriers(cl_device: Any,
+                                                          cl_queue: Any) -> None:
+    """Where a launch runs one work-item per group (PoCL on a CPU), the recipes' local
+    temporaries (a staged operator) are private: loopy puts no work-group barrier in the
+    code (PoCL's compile time grows steeply with them: minutes for a launch of several
+    einsums)."""
+    from loopy.kernel.data import AddressSpace
+
+    from feinsum.hook import transform_program
+
+    if cl_device.type & 2 == 0:  # CL_DEVICE_TYPE_CPU
+        pytest.skip("PoCL's CPU device runs one work-item per group")
+    t_unit = mid_step()
+    new, report = transform_program(t_unit, device=cl_device, db=False)
+    assert report.launches is not None and len(report.launches.launches) == 1, report
+    knl = new.default_entrypoint
+    assert not [n for n, tv in knl.temporary_variables.items()
+                if tv.address_space == AddressSpace.LOCAL], knl.temporary_variables
+    code = lp.generate_code_v2(new).device_code()
+    assert "reqd_work_group_size(1, 1, 1)" in code and "barrier(" not in code
+    a = inputs(t_unit.default_entrypoint.arg_dict)
+    np.testing.assert_allclose(run(new, cl_queue, a), reference(a, "mass"), rtol=1e-12,
+                               atol=1e-12)
+
+
+def test_launches_are_bounded_in_code(cl_device: Any, cl_queue: Any,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Units share a launch only while their statements, once unrolled, stay within
+    ``LAUNCH_CODE_LIMIT`` together: at a limit below one einsum's, each einsum is a launch
+    of its own, and the results are the same."""
+    import feinsum.hook.schedule as schedule
+    from feinsum.hook import transform_program
+    from feinsum.hook.payoff import program_size
+
+    monkeypatch.setattr(schedule, "LAUNCH_CODE_LIMIT", 1)
+    t_unit = mid_step()
+    new, report = transform_program(t_unit, device=cl_device, db=False, cache=False)
+    assert report.transformed == 3, report
+    assert report.launches is not None and len(report.launches.launches) >= 3, report
+    assert program_size(new, ["dg_step"]).barriers >= 2
+    a = inputs(t_unit.default_entrypoint.arg_dict)
+    np.testing.assert_allclose(run(new, cl_queue, a), reference(a, "mass"), rtol=1e-12,
+                               atol=1e-12)
+
+
 def test_reads_of_other_work_groups_keep_their_launch(cl_device: Any, cl_queue: Any) -> None:
     """``out = t + t[mirrored]`` is no epilogue (another entry), and it reads what other
     work-groups of the einsum write: it runs in a launch of its own."""

@@ -14,6 +14,10 @@ the hook will not do"):
   program's statements plus :data:`CODE_PER_EINSUM` per transformed einsum
   (:func:`code_budget`); beyond, the einsums with the least work are given back to the
   default schedule until it fits;
+* units of a program share a device launch (:mod:`feinsum.matching.merge`) while their
+  statements, once unrolled, number at most :data:`LAUNCH_CODE_LIMIT` together: a device
+  compiler's time grows faster than the size of the function it compiles (PoCL took
+  minutes for 20 einsums of a right-hand side in one launch);
 * the transformation may take at most :data:`SECONDS_BASE` plus :data:`SECONDS_PER_STATEMENT`
   a statement of the untransformed program (:func:`time_budget`); once spent, the remaining
   einsums are left to the default schedule.
@@ -24,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from feinsum.matching.size import unrolled_statements
 
 if TYPE_CHECKING:
     from feinsum.matching import Match
@@ -38,6 +44,8 @@ PART_CODE_LIMIT = 4096
 CODE_FACTOR = 4
 #: ... plus this many per transformed einsum.
 CODE_PER_EINSUM = 1024
+#: Statements (after unrolling) the units sharing one device launch may have together.
+LAUNCH_CODE_LIMIT = 512
 #: Seconds the transformation of a program may take: this much ...
 SECONDS_BASE = 30.0
 #: ... plus this much per statement of the untransformed program.
@@ -66,34 +74,6 @@ def too_little_work(flops: int | None) -> str | None:
         return None
     return (f"too little work for a kernel of its own ({flops:,} flops < "
             f"{MIN_EINSUM_FLOPS:,}): left to the default schedule")
-
-
-def unrolled_statements(knl: Any, insn_ids: Iterable[str] | None = None) -> int:
-    """How many statements loopy emits for (the statements *insn_ids* of) *knl*: each
-    statement once per iteration of its unrolled loops (``unr``, ``ilp``)."""
-    from loopy.kernel.data import IlpBaseTag, UnrollTag
-
-    lengths: dict[str, int] = {}
-
-    def length(iname: str) -> int:
-        if iname not in lengths:
-            try:
-                lengths[iname] = max(1, int(knl.get_constant_iname_length(iname)))
-            except Exception:  # not a constant: loopy cannot unroll it either
-                lengths[iname] = 1
-        return lengths[iname]
-
-    unrolled = {name for name, iname in knl.inames.items()
-                if any(isinstance(t, (UnrollTag, IlpBaseTag)) for t in iname.tags)}
-    insns = (knl.instructions if insn_ids is None
-             else [knl.id_to_insn[i] for i in insn_ids])
-    total = 0
-    for insn in insns:
-        n = 1
-        for iname in (set(insn.within_inames) | set(insn.reduction_inames())) & unrolled:
-            n *= length(iname)
-        total += n
-    return total
 
 
 def part_too_large(knl: Any) -> str | None:

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import pymbolic.primitives as prim
 
+from feinsum.hook.payoff import LAUNCH_CODE_LIMIT
 from feinsum.hook.report import Clock
 
 if TYPE_CHECKING:
@@ -226,6 +227,7 @@ class DefaultSchedule:
         self.local_memory = device.local_mem_size // 2
         self.private_memory = int(device.group_private_bytes // 2 if device.is_cpu
                                   else device.private_bytes_per_work_item)
+        self.launch_statements = LAUNCH_CODE_LIMIT
 
     @property
     def decided(self) -> int:

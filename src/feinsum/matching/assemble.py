@@ -54,10 +54,13 @@ class Schedule(Protocol):
     once. A plan whose ``chunked`` is true follows the hint (:func:`~feinsum.matching.
     merge.schedule_rest` plans it again without one where it cannot share the einsum's
     launch). ``local_memory`` and ``private_memory``: the bytes per work-group (per
-    work-item) that launch-internal temporaries may take (:mod:`feinsum.matching.demote`)."""
+    work-item) that launch-internal temporaries may take (:mod:`feinsum.matching.demote`);
+    ``launch_statements``: the statements (once unrolled) units may have together to share
+    a launch (:func:`feinsum.matching.merge.launch_groups`)."""
 
     local_memory: int
     private_memory: int
+    launch_statements: int
 
     def plan(self, knl: Any, insn_ids: frozenset[str], memo: dict[str, Any],
              hint: Any = None) -> Any | None:
@@ -527,16 +530,19 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
     if schedule is not None:
         knl, scheduled = schedule_rest(knl, [key for key, _ in units], unit_ids, schedule)
     hw = [has_hw_axes(knl, unit) for unit in unit_ids]
-    first = (launch_groups(knl, unit_ids, hw) if schedule is not None
+    first = (launch_groups(knl, unit_ids, hw, schedule.launch_statements)
+             if schedule is not None
              else list(range(len(unit_ids))))
     cuts = [k for k in range(1, len(unit_ids)) if (hw[k] or hw[k - 1]) and first[k] == k]
     _check_private(knl, unit_ids, cuts)
     result = with_barriers(knl, unit_ids, first, cuts, lambda stem: fresh_name(stem, ids))
     if schedule is not None:
-        from feinsum.matching.demote import demote
+        from feinsum.matching.demote import demote, privatize
 
-        knl, _ = demote(knl.copy(instructions=result), unit_ids, first,
-                        schedule.local_memory, schedule.private_memory)
+        knl, _ = privatize(knl.copy(instructions=result), unit_ids, first,
+                           schedule.private_memory)
+        knl, _ = demote(knl, unit_ids, first, schedule.local_memory,
+                        schedule.private_memory)
         result = list(knl.instructions)
     return Assembled(knl.copy(instructions=result), scheduled, tuple(first))
 

@@ -9,6 +9,9 @@ local memory of shape ``(B, ...)``, indexed by ``x - B*g`` (the C statements tha
 it, such as ``vstoreN``, by a pointer moved back by as much), within the local memory the
 launch has left (less the local temporaries it already uses); where the launch runs one
 work-item per group (PoCL on a CPU), in that work-item's private memory.
+
+In such a launch the recipes' local temporaries (a staged operator) go to private memory
+too (:func:`privatize`): no work-group barriers are needed for them.
 """
 
 from __future__ import annotations
@@ -118,6 +121,42 @@ def demote(knl: Any, unit_ids: Sequence[frozenset[str]], first: Sequence[int],
         where_text = "local" if space == AddressSpace.LOCAL else "private"
         done.append(f"global temporary {name!r} kept in {where_text} memory ({block} "
                     "entries of its first axis per work-group)")
+    return knl, done
+
+
+def privatize(knl: Any, unit_ids: Sequence[frozenset[str]], first: Sequence[int],
+              private: int) -> tuple[Any, list[str]]:
+    """*knl* with the local temporaries of launches that run one work-item per group
+    (PoCL on a CPU) in private memory, within *private* bytes per work-item, and one line
+    per temporary moved. Local memory there is shared with no one, but loopy still puts a
+    work-group barrier after each write to it, and PoCL compiles a kernel in time that grows
+    steeply with the number of its barriers (minutes for a launch of several einsums)."""
+    from loopy.kernel.data import AddressSpace
+
+    from feinsum.matching.merge import _has_local_axes
+
+    launch = {i: first[k] for k, u in enumerate(unit_ids) for i in u}
+    members: dict[int, set[str]] = {}
+    for i, f in launch.items():
+        members.setdefault(f, set()).add(i)
+    done = []
+    for name, tv in sorted(knl.temporary_variables.items()):
+        if tv.address_space != AddressSpace.LOCAL or not isinstance(tv.shape, tuple) or (
+                not all(isinstance(n, int) for n in tv.shape)):
+            continue
+        where = {launch.get(i.id) for i in _accessors(knl, name)}
+        if len(where) != 1 or None in where:
+            continue
+        mine = members[where.pop()]  # type: ignore[index]
+        nbytes = math.prod(tv.shape) * _itemsize(knl, tv)
+        if _has_local_axes(knl, mine) or (
+                _space_bytes(knl, mine, AddressSpace.PRIVATE) + nbytes > private):
+            continue
+        temps = dict(knl.temporary_variables)
+        temps[name] = tv.copy(address_space=AddressSpace.PRIVATE)
+        knl = knl.copy(temporary_variables=temps)
+        done.append(f"local temporary {name!r} kept in private memory (one work-item per "
+                    "work-group: no barriers)")
     return knl, done
 
 

@@ -273,17 +273,24 @@ def compatible(earlier: Unit, later: Unit) -> str | None:
     return None
 
 
-def launch_groups(knl: Any, unit_ids: Sequence[frozenset[str]], hw: Sequence[bool]
-                  ) -> list[int]:
+def launch_groups(knl: Any, unit_ids: Sequence[frozenset[str]], hw: Sequence[bool],
+                  max_statements: int | None = None) -> list[int]:
     """For each unit, the index of the first unit of its launch (units run on hardware
-    axes share a launch with the previous ones when :func:`compatible` with each)."""
+    axes share a launch with the previous ones when :func:`compatible` with each, and,
+    with *max_statements*, while the launch's statements once unrolled stay within it:
+    a device compiler's time grows faster than the size of the function it compiles)."""
+    from feinsum.matching.size import unrolled_statements
+
     units = [unit(knl, sorted(u)) if h else None for u, h in zip(unit_ids, hw, strict=True)]
+    sizes = ([unrolled_statements(knl, u) for u in unit_ids] if max_statements is not None
+             else [0] * len(unit_ids))
     first: list[int] = []
     for k, u in enumerate(units):
         start = first[k - 1] if k else 0
         if k and u is not None and all(
                 units[j] is not None and compatible(units[j], u) is None  # type: ignore[arg-type]
-                for j in range(start, k)):
+                for j in range(start, k)) and (
+                max_statements is None or sum(sizes[start:k + 1]) <= max_statements):
             first.append(start)
         else:
             first.append(k)
