@@ -335,17 +335,24 @@ class Updater:
     def chunk_rescale(self, acc: Any, aux: Any, shift: Any, new: Any
                       ) -> list[tuple[Any, Any]]:
         """Chunked log-sum-exp, once per chunk after :meth:`chunk_max`: the sum ``aux``
-        of ``exp(v - shift)`` moved to the new shift ``new`` (the maximum, or 0 where
-        the maximum is infinite, so that no ``inf - inf`` arises; a zero sum stays zero)."""
-        inf = self.dtype.type(np.inf)
+        of ``exp(v - shift)`` moved to the new shift ``new``: the maximum, held above
+        the dtype's lowest finite value (a maximum of ``-inf`` leaves a sum of 0, and the
+        shift never falls below it, so that no rescaling overflows), 0 for a maximum of
+        ``+inf`` (no ``inf - inf``)."""
+        lowest = self.dtype.type(np.finfo(self.dtype).min)
         scale = prim.Call(prim.Variable(_EXP[self.math]),
                           (prim.Sum((shift, prim.Product((-1, new)))),))
         return [
-            (new, prim.If(prim.Comparison(prim.Call(prim.Variable("fabs"), (acc,)), "==",
-                                          inf), self.dtype.type(0), acc)),
-            (aux, prim.If(prim.Comparison(aux, "==", 0), aux, prim.Product((aux, scale)))),
+            (new, prim.If(prim.Comparison(acc, "==", self.dtype.type(np.inf)),
+                          self.dtype.type(0), prim.Call(prim.Variable("fmax"), (acc, lowest)))),
+            (aux, prim.Product((aux, scale))),
             (shift, new),
         ]
+
+    @property
+    def chunk_start(self) -> Any:
+        """The initial shift of chunked log-sum-exp (see :meth:`chunk_rescale`)."""
+        return self.dtype.type(np.finfo(self.dtype).min)
 
     def chunk_term(self, aux: Any, shift: Any, value: Any) -> list[tuple[Any, Any]]:
         """Chunked log-sum-exp, per term after :meth:`chunk_rescale`: one ``exp`` and one

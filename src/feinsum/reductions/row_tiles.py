@@ -123,6 +123,41 @@ def _hoist(expr: Any, variant: set[str], names: dict[Any, str]) -> Any:
     return M()(expr)
 
 
+def _load_scales(terms: list[ka.RowTerm], j_arrays: dict[str, Any]
+                 ) -> dict[tuple[str, int], Any]:
+    """The j-variable values that every term reads only as ``c * value``, with one
+    constant ``c`` (the base-2 log-sum-exp's ``log2 e * b``): ``(name, short position)
+    -> c``. They are scaled once, as a work-group loads them, instead of once per pair."""
+    from loopy.symbolic import WalkMapper
+
+    seen: dict[tuple[str, int], set[Any]] = {}
+
+    def key(x: prim.Subscript) -> tuple[str, int]:
+        name = x.aggregate.name  # type: ignore[union-attr]
+        return name, ka.flat_short(j_arrays[name], x.index_tuple)
+
+    def read(x: Any) -> bool:
+        return isinstance(x, prim.Subscript) and getattr(x.aggregate, "name", None) in j_arrays
+
+    class W(WalkMapper):  # type: ignore[misc]
+        def map_product(self, p: prim.Product) -> None:
+            c = p.children
+            if len(c) == 2 and isinstance(c[0], np.floating) and read(c[1]):
+                seen.setdefault(key(c[1]), set()).add(c[0])
+                return
+            for x in c:
+                self.rec(x)
+
+        def map_subscript(self, x: prim.Subscript) -> None:
+            if read(x):
+                seen.setdefault(key(x), set()).add(None)
+
+    for term in terms:
+        for f in term.factors:
+            W()(f)
+    return {k: next(iter(v)) for k, v in seen.items() if len(v) == 1 and None not in v}
+
+
 def tiled_kernel(e: Any, t: Tiling) -> Any:
     """The GpuConv1D kernel of the kernel reduction ``e`` with the options *t*."""
     import loopy as lp
@@ -183,6 +218,8 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
             for s in range(ka.n_short(a)):
                 src = kt.sub(a.name, *ka.short_index(
                     a, s, kt.clamp(point, nexpr) if clamp else point))
+                if (a.name, s) in scales:
+                    src = prim.Product((scales[a.name, s], src))
                 lid = f"load{tag}_{a.name}_{s}"
                 insns.append(lp.Assignment(local_ref(a.name, kt.var(jl), s), src, id=lid,
                                            within_inames=frozenset({"io", tile, jl}),
@@ -210,6 +247,22 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
             insns.append(lp.Assignment(kt.var(name), expr, id=f"hoist_{name}",
                                        within_inames=row_inames))
             pack_ids.append(f"hoist_{name}")
+    scales = _load_scales(terms, j_names) if not t.classic else {}
+    if scales:
+        from loopy.symbolic import IdentityMapper
+
+        class Unscale(IdentityMapper):  # type: ignore[misc]
+            def map_product(self, p: prim.Product) -> Any:
+                c = p.children
+                if len(c) == 2 and isinstance(c[1], prim.Subscript) and getattr(
+                        c[1].aggregate, "name", None) in j_names and (
+                        c[1].aggregate.name, ka.flat_short(  # type: ignore[union-attr]
+                            j_names[c[1].aggregate.name], c[1].index_tuple)) in scales:
+                    return c[1]
+                return super().map_product(p)
+
+        terms = [ka.RowTerm(term.row, term.short, tuple(Unscale()(f) for f in term.factors))
+                 for term in terms]
     nt = len(terms)
     temps.append(lp.TemporaryVariable("acc", form.dtype, shape=at(R, nt), address_space=priv))
     temps.append(lp.TemporaryVariable("val", form.dtype, shape=(*at(R, nt), *(
@@ -271,7 +324,7 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                         factors[n] = kt.var(shared[g])
                 acc, aux, val = (kt.sub(x, *at(r, k)) for x in ("acc", "aux", "val"))
                 if not after:  # the first tile loop: the accumulator's initialisation first
-                    shift = [(kt.sub("shift", *at(r, k)), form.dtype.type(0))] if (
+                    shift = [(kt.sub("shift", *at(r, k)), upd.chunk_start)] if (
                         chunked) else []
                     inits = kt.assignments([*upd.init(acc, aux), *shift],
                                            f"init_{k}{suffix(r)}", row_inames)
