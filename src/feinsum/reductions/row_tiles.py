@@ -123,6 +123,20 @@ def _hoist(expr: Any, variant: set[str], names: dict[Any, str]) -> Any:
     return M()(expr)
 
 
+def _j_read(x: Any, j_arrays: dict[str, Any]) -> tuple[str, int] | None:
+    """``(name, short position)`` if *x* reads a j-variable, else None."""
+    name = getattr(getattr(x, "aggregate", None), "name", None)
+    if not isinstance(x, prim.Subscript) or name not in j_arrays:
+        return None
+    return name, ka.flat_short(j_arrays[name], x.index_tuple)
+
+
+def _scaled_read(p: Any, j_arrays: dict[str, Any]) -> tuple[str, int] | None:
+    """The j-variable read of a product ``c * read`` of a constant ``c``, else None."""
+    c = p.children
+    return _j_read(c[1], j_arrays) if len(c) == 2 and isinstance(c[0], np.floating) else None
+
+
 def _load_scales(terms: list[ka.RowTerm], j_arrays: dict[str, Any]
                  ) -> dict[tuple[str, int], Any]:
     """The j-variable values that every term reads only as ``c * value``, with one
@@ -132,25 +146,17 @@ def _load_scales(terms: list[ka.RowTerm], j_arrays: dict[str, Any]
 
     seen: dict[tuple[str, int], set[Any]] = {}
 
-    def key(x: prim.Subscript) -> tuple[str, int]:
-        name = x.aggregate.name  # type: ignore[union-attr]
-        return name, ka.flat_short(j_arrays[name], x.index_tuple)
-
-    def read(x: Any) -> bool:
-        return isinstance(x, prim.Subscript) and getattr(x.aggregate, "name", None) in j_arrays
-
     class W(WalkMapper):  # type: ignore[misc]
         def map_product(self, p: prim.Product) -> None:
-            c = p.children
-            if len(c) == 2 and isinstance(c[0], np.floating) and read(c[1]):
-                seen.setdefault(key(c[1]), set()).add(c[0])
+            if (key := _scaled_read(p, j_arrays)) is not None:
+                seen.setdefault(key, set()).add(p.children[0])
                 return
-            for x in c:
+            for x in p.children:
                 self.rec(x)
 
         def map_subscript(self, x: prim.Subscript) -> None:
-            if read(x):
-                seen.setdefault(key(x), set()).add(None)
+            if (key := _j_read(x, j_arrays)) is not None:
+                seen.setdefault(key, set()).add(None)
 
     for term in terms:
         for f in term.factors:
@@ -253,12 +259,8 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
 
         class Unscale(IdentityMapper):  # type: ignore[misc]
             def map_product(self, p: prim.Product) -> Any:
-                c = p.children
-                if len(c) == 2 and isinstance(c[1], prim.Subscript) and getattr(
-                        c[1].aggregate, "name", None) in j_names and (
-                        c[1].aggregate.name, ka.flat_short(  # type: ignore[union-attr]
-                            j_names[c[1].aggregate.name], c[1].index_tuple)) in scales:
-                    return c[1]
+                if _scaled_read(p, j_names) in scales:
+                    return p.children[1]
                 return super().map_product(p)
 
         terms = [ka.RowTerm(term.row, term.short, tuple(Unscale()(f) for f in term.factors))
@@ -356,10 +358,11 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
         return last, readers
 
     def chunk_updates(r: int, k: int, tile: str, jj: str, chunk: tuple[str, int], value: Any,
-                      jrow: Any, inputs: set[str], readers: list[str]) -> str:
+                      jrow: Any, inputs: frozenset[str] | set[str], readers: list[str]
+                      ) -> str:
         """Chunked log-sum-exp of accumulator (r, k): the chunk's values (-inf past N when
         *jrow* is given), their maximum, the sum moved to it, one exp per term."""
-        jo, n = chunk
+        jo = chunk[0]
         sfx, inames = f"{tile}_{k}{suffix(r)}", frozenset({"io", "il", tile, jo})
         acc, aux, sh, new = (kt.sub(x, *at(r, k)) for x in ("acc", "aux", "shift", "new"))
         if jrow is not None:
@@ -367,7 +370,8 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                             form.dtype.type(-np.inf))
         vid = f"val_{sfx}"
         insns.append(lp.Assignment(kt.sub("val", *at(r, k), kt.var(jj)), value, id=vid,
-                                   within_inames=inames | {jj}, depends_on=inputs))
+                                   within_inames=inames | {jj},
+                                   depends_on=frozenset(inputs)))
         readers.append(vid)
         prev = {*init_ids, *chunk_last.get((r, k), ())}
         mx = kt.assignments(upd.chunk_max(acc, kt.sub("val", *at(r, k), kt.var(f"{jj}m"))),
