@@ -165,29 +165,36 @@ def test_special_values_propagate(name, params, kind, cl_context, cl_queue, rng)
     +inf, f = -inf everywhere gives -inf (log-sum-exp's (max, sum) pair sees inf - inf)."""
     ex, e = executor(name, tuple(sorted(params.items())), kind, "float32", cl_context)
     for m, n in [(53, 71), (37, 300)]:
-        cases = []
+        check_special_values(ex, e, kind, m, n, 3, 20, cl_queue, rng)
+
+
+def check_special_values(ex, e, kind: str, m: int, n: int, x_row: int, y_row: int,  # type: ignore[no-untyped-def]
+                         queue, rng) -> None:
+    """*ex* computes what evaluate does with NaN in i-point *x_row*, NaN in j-points
+    *y_row* and ``n - 1``, and for log-sum-exp f = -inf everywhere and f = +inf once."""
+    cases = []
+    a = make_arrays(e, m, n, rng)
+    a["x"][x_row, 0] = np.nan
+    cases.append(a)
+    a = make_arrays(e, m, n, rng)
+    a["y"][y_row, 1] = a["y"][n - 1, 0] = np.nan
+    cases.append(a)
+    if kind == "logsumexp":
         a = make_arrays(e, m, n, rng)
-        a["x"][3, 0] = np.nan
+        a["f"][:] = -np.inf
         cases.append(a)
         a = make_arrays(e, m, n, rng)
-        a["y"][20, 1] = a["y"][n - 1, 0] = np.nan
+        a["f"][min(7, n - 1)] = np.inf
         cases.append(a)
-        if kind == "logsumexp":
-            a = make_arrays(e, m, n, rng)
-            a["f"][:] = -np.inf
-            cases.append(a)
-            a = make_arrays(e, m, n, rng)
-            a["f"][7] = np.inf
-            cases.append(a)
-        for arrays in cases:
-            _, got = ex(cl_queue, **arrays)
-            for key, want in feinsum.evaluate(e, arrays).items():
-                have = got[key].get() if hasattr(got[key], "get") else got[key]
-                if key.endswith("_index"):
-                    np.testing.assert_array_equal(have, want, err_msg=f"{key} M={m} N={n}")
-                else:
-                    np.testing.assert_allclose(have, want, rtol=2e-5, atol=2e-5,
-                                               err_msg=f"{key} M={m} N={n}")
+    for arrays in cases:
+        _, got = ex(queue, **arrays)
+        for key, want in feinsum.evaluate(e, arrays).items():
+            have = got[key].get() if hasattr(got[key], "get") else got[key]
+            if key.endswith("_index"):
+                np.testing.assert_array_equal(have, want, err_msg=f"{key} M={m} N={n}")
+            else:
+                np.testing.assert_allclose(have, want, rtol=2e-5, atol=2e-5,
+                                           err_msg=f"{key} M={m} N={n}")
 
 
 #: tiled_2d_gpu (GPUs only: generated for the H200 model, run on the CPU device): several
@@ -221,26 +228,10 @@ def test_few_rows_on_gpu_models(params, kind, cl_context, cl_queue, rng):  # typ
     for m in (3, 16):
         ex, e = few_rows_executor(tuple(sorted(params.items())), kind, m, cl_context)
         for n in (1, 37, 300):
-            cases = [make_arrays(e, m, n, rng)]
-            a = make_arrays(e, m, n, rng)
-            a["x"][m - 1, 0] = np.nan
-            cases.append(a)
-            a = make_arrays(e, m, n, rng)
-            a["y"][n // 2, 1] = a["y"][n - 1, 0] = np.nan
-            cases.append(a)
-            if kind == "logsumexp":
-                a = make_arrays(e, m, n, rng)
-                a["f"][:] = -np.inf
-                cases.append(a)
-                a = make_arrays(e, m, n, rng)
-                a["f"][min(7, n - 1)] = np.inf
-                cases.append(a)
-            for arrays in cases:
-                _, got = ex(cl_queue, **arrays)
-                for key, want in feinsum.evaluate(e, arrays).items():
-                    have = got[key].get() if hasattr(got[key], "get") else got[key]
-                    if key.endswith("_index"):
-                        np.testing.assert_array_equal(have, want, err_msg=f"{key} M={m} N={n}")
-                    else:
-                        np.testing.assert_allclose(have, want, rtol=2e-5, atol=2e-5,
-                                                   err_msg=f"{key} M={m} N={n}")
+            arrays = make_arrays(e, m, n, rng)
+            _, got = ex(cl_queue, **arrays)
+            for key, want in feinsum.evaluate(e, arrays).items():
+                have = got[key].get() if hasattr(got[key], "get") else got[key]
+                np.testing.assert_allclose(have, want, rtol=2e-5, atol=2e-5,
+                                           err_msg=f"{key} M={m} N={n}")
+            check_special_values(ex, e, kind, m, n, m - 1, n // 2, cl_queue, rng)
