@@ -12,7 +12,7 @@ from feinsum.devices.opencl import device_info
 from feinsum.lowering.reduction_updates import MATH_MODES
 from feinsum.recipes.testing import check_configuration
 
-#: Each option changed alone from the H100 default (K 64, 4 rows, unroll 8, peeled,
+#: Each option changed alone from the H100 default (K 64, 4 rows, unroll 16, peeled,
 #: packed, native_exp2; log-sum-exp in chunks of unroll terms, a whole tile with 64).
 VARIATIONS = [{"peel": False}, {"pack": False}, {"rows": 1, "unroll": 16},
               {"rows": 2, "unroll": 4}, {"unroll": 1}, {"unroll": 64},

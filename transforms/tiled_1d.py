@@ -40,9 +40,9 @@ GPU_TILE = 64
 #: memory serves four pairs; M = 1e5 still makes about 6 warps per compute unit of a
 #: 132-unit GPU.
 GPU_ROWS = 4
-#: Unrolled pairs of the in-tile loop per work-item (unroll x rows) on GPUs: chunks of 8
+#: Unrolled pairs of the in-tile loop per work-item (unroll x rows) on GPUs: chunks of 16
 #: terms per row (log-sum-exp rescales its sum once per chunk).
-GPU_UNROLLED = 32
+GPU_UNROLLED = 64
 
 
 def _applies(e: Any, device: Any) -> str | None:
