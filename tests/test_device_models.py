@@ -102,7 +102,7 @@ def test_every_recipe_claims_workloads_on_gpu_models() -> None:
     no fp64)."""
     claims = _claims()
     for recipe in ("generic", "contraction", "dg_operator", "dg_transposed", "dg_nodes",
-                   "tiled_1d", "tiled_2d", "elementwise"):
+                   "tiled_1d", "tiled_2d", "tiled_2d_gpu", "elementwise"):
         for m in MODELS:
             if recipe in ("dg_operator", "dg_transposed", "dg_nodes", "elementwise") and not (
                     MODELS[m].info.has_fp64):

@@ -165,26 +165,73 @@ def test_special_values_propagate(name, params, kind, cl_context, cl_queue, rng)
     +inf, f = -inf everywhere gives -inf (log-sum-exp's (max, sum) pair sees inf - inf)."""
     ex, e = executor(name, tuple(sorted(params.items())), kind, "float32", cl_context)
     for m, n in [(53, 71), (37, 300)]:
-        cases = []
+        check_special_values(ex, e, kind, m, n, 3, 20, cl_queue, rng)
+
+
+def check_special_values(ex, e, kind: str, m: int, n: int, x_row: int, y_row: int,  # type: ignore[no-untyped-def]
+                         queue, rng) -> None:
+    """*ex* computes what evaluate does with NaN in i-point *x_row*, NaN in j-points
+    *y_row* and ``n - 1``, and for log-sum-exp f = -inf everywhere and f = +inf once."""
+    cases = []
+    a = make_arrays(e, m, n, rng)
+    a["x"][x_row, 0] = np.nan
+    cases.append(a)
+    a = make_arrays(e, m, n, rng)
+    a["y"][y_row, 1] = a["y"][n - 1, 0] = np.nan
+    cases.append(a)
+    if kind == "logsumexp":
         a = make_arrays(e, m, n, rng)
-        a["x"][3, 0] = np.nan
+        a["f"][:] = -np.inf
         cases.append(a)
         a = make_arrays(e, m, n, rng)
-        a["y"][20, 1] = a["y"][n - 1, 0] = np.nan
+        a["f"][min(7, n - 1)] = np.inf
         cases.append(a)
-        if kind == "logsumexp":
-            a = make_arrays(e, m, n, rng)
-            a["f"][:] = -np.inf
-            cases.append(a)
-            a = make_arrays(e, m, n, rng)
-            a["f"][7] = np.inf
-            cases.append(a)
-        for arrays in cases:
+    for arrays in cases:
+        _, got = ex(queue, **arrays)
+        for key, want in feinsum.evaluate(e, arrays).items():
+            have = got[key].get() if hasattr(got[key], "get") else got[key]
+            if key.endswith("_index"):
+                np.testing.assert_array_equal(have, want, err_msg=f"{key} M={m} N={n}")
+            else:
+                np.testing.assert_allclose(have, want, rtol=2e-5, atol=2e-5,
+                                           err_msg=f"{key} M={m} N={n}")
+
+
+#: tiled_2d_gpu (GPUs only: generated for the H200 model, run on the CPU device): several
+#: sweeps of the grid and idle work-groups (small G and K), every exp/log flavour.
+FEW_ROWS_CONFIGS = [
+    {"K": 32, "G": 4, "math": "accurate", "denorms_are_zero": False},
+    {"K": 64, "G": 2, "math": "native_exp2", "denorms_are_zero": False},
+]
+
+
+@functools.cache
+def few_rows_executor(params: tuple, kind: str, m: int, ctx):  # type: ignore[no-untyped-def]
+    import loopy as lp
+
+    from feinsum.devices.models import MODELS
+
+    e = make_spec(kind, np.dtype(np.float32)).with_lengths({"M": m})
+    r, dev = recipe("tiled_2d_gpu"), MODELS["h200"].info
+    assert r.applies(e, dev) is None, r.applies(e, dev)
+    t = r.apply(feinsum.generate_loopy(e), dict(params), e, dev)
+    return lp.set_options(t, return_dict=True).executor(ctx), e
+
+
+@pytest.mark.parametrize("params", FEW_ROWS_CONFIGS, ids=lambda v: "-".join(
+    f"{k}{x if isinstance(x, str) else int(x)}" for k, x in v.items()))
+@pytest.mark.parametrize("kind", ["sum", "min", "max", "argmin", "argmax", "logsumexp"])
+def test_few_rows_on_gpu_models(params, kind, cl_context, cl_queue, rng):  # type: ignore[no-untyped-def]
+    """tiled_2d_gpu matches feinsum.evaluate for few rows (M = 3, 16), N from 1 to past
+    several sweeps of the grid, with NaN in an i-point, in two j-points, f = -inf everywhere and
+    f = +inf once (log-sum-exp)."""
+    for m in (3, 16):
+        ex, e = few_rows_executor(tuple(sorted(params.items())), kind, m, cl_context)
+        for n in (1, 37, 300):
+            arrays = make_arrays(e, m, n, rng)
             _, got = ex(cl_queue, **arrays)
             for key, want in feinsum.evaluate(e, arrays).items():
                 have = got[key].get() if hasattr(got[key], "get") else got[key]
-                if key.endswith("_index"):
-                    np.testing.assert_array_equal(have, want, err_msg=f"{key} M={m} N={n}")
-                else:
-                    np.testing.assert_allclose(have, want, rtol=2e-5, atol=2e-5,
-                                               err_msg=f"{key} M={m} N={n}")
+                np.testing.assert_allclose(have, want, rtol=2e-5, atol=2e-5,
+                                           err_msg=f"{key} M={m} N={n}")
+            check_special_values(ex, e, kind, m, n, m - 1, n // 2, cl_queue, rng)

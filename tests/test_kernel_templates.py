@@ -18,7 +18,7 @@ from feinsum.reductions import templates as kt
 from feinsum.reductions.builder import kernel_reduction
 
 TRANSFORMS = Path(__file__).resolve().parents[1] / "transforms"
-KERNEL_RECIPES = ["tiled_1d", "tiled_2d", "kernel_vec_cpu", "block_sparse"]
+KERNEL_RECIPES = ["tiled_1d", "tiled_2d", "tiled_2d_gpu", "kernel_vec_cpu", "block_sparse"]
 SPLIT = ["feinsum.reductions.templates", "feinsum.reductions.analysis",
          "feinsum.lowering.reduction_updates"]
 

@@ -33,13 +33,16 @@ from feinsum.reductions import row_tiles as rt
 #: Rows per work-group on CPUs (PoCL runs the group's items as a loop: a short one).
 CPU_TILE = 32
 #: Work-items per group on GPUs: several groups per compute unit, and M = 1e5 rows in
-#: hundreds of groups, so that the last wave leaves few compute units idle.
-GPU_TILE = 128
-#: Rows per work-item on GPUs: two independent chains, and M = 1e5 still makes about 12
-#: warps per compute unit of a 132-unit GPU.
-GPU_ROWS = 2
-#: Unrolled pairs of the in-tile loop per work-item (unroll x rows) on GPUs.
-GPU_UNROLLED = 16
+#: hundreds of groups (K x rows = 256 rows each), so that the last wave leaves few
+#: compute units idle.
+GPU_TILE = 64
+#: Rows per work-item on GPUs: four independent chains, each j-point read from local
+#: memory serves four pairs; M = 1e5 still makes about 6 warps per compute unit of a
+#: 132-unit GPU.
+GPU_ROWS = 4
+#: Unrolled pairs of the in-tile loop per work-item (unroll x rows) on GPUs: chunks of 16
+#: terms per row (log-sum-exp rescales its sum once per chunk).
+GPU_UNROLLED = 64
 
 
 def _applies(e: Any, device: Any) -> str | None:

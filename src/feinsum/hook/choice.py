@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 PREFERENCE: tuple[str, ...] = (
     "kernel_vec_cpu",  # kernel reductions on CPUs
     "tiled_1d",        # kernel reductions on GPUs
+    "tiled_2d_gpu",    # kernel reductions of few rows on GPUs (tiled_1d: many rows)
     "dg_nodes",        # element-batched small operators on GPUs (nodes on the lanes)
     "dg_transposed",   # element-batched small operators, plain layouts
     "dg_operator",     # element-batched small operators, element-blocked layouts

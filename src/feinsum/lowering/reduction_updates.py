@@ -153,6 +153,29 @@ def rewrite_math(expr: Any, mode: str, dtype: np.dtype[Any], invariant: Any) -> 
     return M()(expr)
 
 
+def scale_value(expr: Any, factor: Any, invariant: Any) -> Any:
+    """``factor * expr`` with the factor distributed over sums and folded, with the
+    factors of each product for which ``invariant(f)`` holds, into one product written
+    first (a loop invariant): ``log2 e * (b - d*g)`` becomes ``(log2 e)*b + (-log2 e*g)*d``,
+    one FMA per term once the invariant product is hoisted."""
+    if isinstance(expr, prim.Sum):
+        return prim.Sum(tuple(scale_value(t, factor, invariant) for t in expr.children))
+    if isinstance(expr, (int, float, np.number)):
+        return type(factor)(factor * expr)
+    fs = _flat_factors(expr)
+    number = factor
+    inv, rest = [], []
+    for f in fs:
+        if isinstance(f, (int, float, np.number)):
+            number = type(factor)(number * f)
+        elif invariant(f):
+            inv.append(f)
+        else:
+            rest.append(f)
+    head: Any = prim.Product((number, *inv)) if inv else number
+    return prim.Product((head, *rest)) if rest else head
+
+
 # }}}
 
 
@@ -301,6 +324,44 @@ class Updater:
                                                   value, acc))),
             ]
         raise ValueError(f"unknown reduction {k!r}")
+
+    # {{{ log-sum-exp over chunks of terms
+
+    def chunk_max(self, acc: Any, value: Any) -> list[tuple[Any, Any]]:
+        """Chunked log-sum-exp, first step, per term of a chunk: ``acc``, the running
+        maximum, takes the term (``fmax``: a NaN term leaves it, it reaches the sum)."""
+        return [(acc, prim.Call(prim.Variable("fmax"), (acc, value)))]
+
+    def chunk_rescale(self, acc: Any, aux: Any, shift: Any, new: Any
+                      ) -> list[tuple[Any, Any]]:
+        """Chunked log-sum-exp, once per chunk after :meth:`chunk_max`: the sum ``aux``
+        of ``exp(v - shift)`` moved to the new shift ``new``: the maximum, held above
+        the dtype's lowest finite value (a maximum of ``-inf`` leaves a sum of 0, and the
+        shift never falls below it, so that no rescaling overflows), 0 for a maximum of
+        ``+inf`` (no ``inf - inf``)."""
+        lowest = self.dtype.type(np.finfo(self.dtype).min)
+        scale = prim.Call(prim.Variable(_EXP[self.math]),
+                          (prim.Sum((shift, prim.Product((-1, new)))),))
+        return [
+            (new, prim.If(prim.Comparison(acc, "==", self.dtype.type(np.inf)),
+                          self.dtype.type(0), prim.Call(prim.Variable("fmax"), (acc, lowest)))),
+            (aux, prim.Product((aux, scale))),
+            (shift, new),
+        ]
+
+    @property
+    def chunk_start(self) -> Any:
+        """The initial shift of chunked log-sum-exp (see :meth:`chunk_rescale`)."""
+        return self.dtype.type(np.finfo(self.dtype).min)
+
+    def chunk_term(self, aux: Any, shift: Any, value: Any) -> list[tuple[Any, Any]]:
+        """Chunked log-sum-exp, per term after :meth:`chunk_rescale`: one ``exp`` and one
+        addition (the argument is at most 0; a NaN term makes the sum NaN). The result
+        is :meth:`result` of (``shift``, ``aux``)."""
+        return [(aux, prim.Sum((aux, prim.Call(prim.Variable(_EXP[self.math]), (
+            prim.Sum((value, prim.Product((-1, shift)))),)))))]
+
+    # }}}
 
     def combine(self, acc: Any, aux: Any, acc2: Any, aux2: Any) -> list[tuple[Any, Any]]:
         """Fold a partial accumulator (``acc2``, ``aux2``) into (``acc``, ``aux``) (scalars;

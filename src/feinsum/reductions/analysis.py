@@ -79,12 +79,14 @@ def array_indices(e: BatchedEinsum) -> dict[str, set[str]]:
     return used
 
 
-def analyze(e: BatchedEinsum, *, block_sparse: bool = False) -> Form | str:
+def analyze(e: BatchedEinsum, *, block_sparse: bool = False, short_rows: bool = False
+            ) -> Form | str:
     """The spec as a kernel reduction, or the reason it is not one.
 
     A kernel reduction has exactly one reduction index ``j`` (long), one long output
     index ``i``, other output indices short (fixed lengths), real values, and no array
-    read with both ``i`` and ``j`` (that would be an ``M x N`` input).
+    read with both ``i`` and ``j`` (that would be an ``M x N`` input). ``short_rows``:
+    a spec whose only output index is short (few rows, a fixed ``M``) is one too.
     """
     from feinsum.spec.dtypes import check_reduction_dtypes, compute_dtype
 
@@ -101,6 +103,8 @@ def analyze(e: BatchedEinsum, *, block_sparse: bool = False) -> Form | str:
             return "the block-sparse restriction is not on the reduction index"
     else:
         longs = [k for k in e.out_indices if is_long(e.lengths[k])]
+        if short_rows and not longs and len(e.out_indices) == 1:
+            longs = list(e.out_indices)
         if len(longs) != 1:
             return f"a kernel reduction has one long output index, this spec has {len(longs)}"
         i = longs[0]

@@ -24,9 +24,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pymbolic.primitives as prim
 
-from feinsum.lowering.reduction_updates import Updater, register_math, rewrite_math
+from feinsum.lowering.reduction_updates import (
+    LOG2E,
+    Updater,
+    is_base2,
+    register_math,
+    rewrite_math,
+    scale_value,
+)
 from feinsum.reductions import analysis as ka
 from feinsum.reductions import templates as kt
 
@@ -115,6 +123,47 @@ def _hoist(expr: Any, variant: set[str], names: dict[Any, str]) -> Any:
     return M()(expr)
 
 
+def _j_read(x: Any, j_arrays: dict[str, Any]) -> tuple[str, int] | None:
+    """``(name, short position)`` if *x* reads a j-variable, else None."""
+    name = getattr(getattr(x, "aggregate", None), "name", None)
+    if not isinstance(x, prim.Subscript) or name not in j_arrays:
+        return None
+    return name, ka.flat_short(j_arrays[name], x.index_tuple)
+
+
+def _scaled_read(p: Any, j_arrays: dict[str, Any]) -> tuple[str, int] | None:
+    """The j-variable read of a product ``c * read`` of a constant ``c``, else None."""
+    c = p.children
+    return _j_read(c[1], j_arrays) if len(c) == 2 and isinstance(c[0], np.floating) else None
+
+
+def _load_scales(terms: list[ka.RowTerm], j_arrays: dict[str, Any]
+                 ) -> dict[tuple[str, int], Any]:
+    """The j-variable values that every term reads only as ``c * value``, with one
+    constant ``c`` (the base-2 log-sum-exp's ``log2 e * b``): ``(name, short position)
+    -> c``. They are scaled once, as a work-group loads them, instead of once per pair."""
+    from loopy.symbolic import WalkMapper
+
+    seen: dict[tuple[str, int], set[Any]] = {}
+
+    class W(WalkMapper):  # type: ignore[misc]
+        def map_product(self, p: prim.Product) -> None:
+            if (key := _scaled_read(p, j_arrays)) is not None:
+                seen.setdefault(key, set()).add(p.children[0])
+                return
+            for x in p.children:
+                self.rec(x)
+
+        def map_subscript(self, x: prim.Subscript) -> None:
+            if (key := _j_read(x, j_arrays)) is not None:
+                seen.setdefault(key, set()).add(None)
+
+    for term in terms:
+        for f in term.factors:
+            W()(f)
+    return {k: next(iter(v)) for k, v in seen.items() if len(v) == 1 and None not in v}
+
+
 def tiled_kernel(e: Any, t: Tiling) -> Any:
     """The GpuConv1D kernel of the kernel reduction ``e`` with the options *t*."""
     import loopy as lp
@@ -175,6 +224,8 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
             for s in range(ka.n_short(a)):
                 src = kt.sub(a.name, *ka.short_index(
                     a, s, kt.clamp(point, nexpr) if clamp else point))
+                if (a.name, s) in scales:
+                    src = prim.Product((scales[a.name, s], src))
                 lid = f"load{tag}_{a.name}_{s}"
                 insns.append(lp.Assignment(local_ref(a.name, kt.var(jl), s), src, id=lid,
                                            within_inames=frozenset({"io", tile, jl}),
@@ -186,6 +237,12 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
     terms = [ka.RowTerm(term.row, term.short, tuple(
         rewrite_math(f, t.math, form.dtype, lambda x: not ka.depends_on(x, variant))
         for f in term.factors)) for term in ka.row_terms(form)]
+    chunked = e.reduction == "logsumexp" and not t.classic
+    U = min(t.unroll, K) if chunked else 1
+    if chunked and is_base2(t.math):  # log-sum-exp in base 2: log2 e folded into the value
+        terms = [ka.RowTerm(term.row, term.short, (scale_value(
+            term.factors[0], form.dtype.type(LOG2E), lambda x: not ka.depends_on(x, variant)),
+            *term.factors[1:])) for term in terms]
     if not t.classic:  # loop-invariant products (the folded exp2 constant) computed once
         hoisted: dict[Any, str] = {}
         terms = [ka.RowTerm(term.row, term.short, tuple(
@@ -196,13 +253,29 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
             insns.append(lp.Assignment(kt.var(name), expr, id=f"hoist_{name}",
                                        within_inames=row_inames))
             pack_ids.append(f"hoist_{name}")
+    scales = _load_scales(terms, j_names) if not t.classic else {}
+    if scales:
+        from loopy.symbolic import IdentityMapper
+
+        class Unscale(IdentityMapper):  # type: ignore[misc]
+            def map_product(self, p: prim.Product) -> Any:
+                if _scaled_read(p, j_names) in scales:
+                    return p.children[1]
+                return super().map_product(p)
+
+        terms = [ka.RowTerm(term.row, term.short, tuple(Unscale()(f) for f in term.factors))
+                 for term in terms]
     nt = len(terms)
     temps.append(lp.TemporaryVariable("acc", form.dtype, shape=at(R, nt), address_space=priv))
-    temps.append(lp.TemporaryVariable("val", form.dtype, shape=at(R, nt), address_space=priv))
+    temps.append(lp.TemporaryVariable("val", form.dtype, shape=(*at(R, nt), *(
+        (U,) if chunked else ())), address_space=priv))
+    if chunked:
+        temps += [lp.TemporaryVariable(x, form.dtype, shape=at(R, nt), address_space=priv)
+                  for x in ("shift", "new")]
     if upd.needs_aux:
         temps.append(lp.TemporaryVariable("aux", upd.aux_dtype, shape=at(R, nt),
                                           address_space=priv))
-    scratch = upd.scalar and e.reduction == "logsumexp"
+    scratch = upd.scalar and e.reduction == "logsumexp" and not chunked
     if scratch:
         temps.append(lp.TemporaryVariable("dif", form.dtype, shape=at(R, nt),
                                           address_space=priv))
@@ -210,13 +283,16 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
     shared: dict[Any, str] = {}  # factors computed once per pair and row (not classic)
 
     def updates(tile: str, jj: str, tag: str, bounded: bool, after: dict[tuple[int, int], str],
-                deps: frozenset[str]) -> tuple[dict[tuple[int, int], str], list[str]]:
+                deps: frozenset[str], chunk: tuple[str, int] | None = None
+                ) -> tuple[dict[tuple[int, int], str], list[str]]:
         """The val/update statements of one tile loop: the last update id of each (row,
-        term) accumulator, and the ids of the statements reading local memory."""
-        jrow = kt.var(tile) * K + kt.var(jj)
-        hot = frozenset({"io", "il", tile, jj})
-        preds = frozenset[Any]({prim.Comparison(jrow, "<", nexpr)}) if bounded else (
-            frozenset())
+        term) accumulator, and the ids of the statements reading local memory. *chunk*:
+        (chunk loop, terms per chunk) of chunked log-sum-exp."""
+        point = kt.var(jj) if chunk is None else kt.var(chunk[0]) * chunk[1] + kt.var(jj)
+        jrow = kt.var(tile) * K + point
+        hot = frozenset({"io", "il", tile, jj, *(chunk[:1] if chunk else ())})
+        preds = frozenset[Any]({prim.Comparison(jrow, "<", nexpr)}) if bounded and not (
+            chunk) else frozenset()
         last: dict[tuple[int, int], str] = {}
         readers: list[str] = []
         for r in range(R):
@@ -224,7 +300,7 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                 if name in i_names:
                     return kt.sub(f"{name}_p", *at(r, ka.flat_short(i_names[name], idx)))
                 if name in j_names:
-                    return local_ref(name, kt.var(jj), ka.flat_short(j_names[name], idx))
+                    return local_ref(name, point, ka.flat_short(j_names[name], idx))
                 return None
 
             rw = kt.Rewriter(rewrite, {form.i: row(r), form.j: jrow})
@@ -250,14 +326,20 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                         factors[n] = kt.var(shared[g])
                 acc, aux, val = (kt.sub(x, *at(r, k)) for x in ("acc", "aux", "val"))
                 if not after:  # the first tile loop: the accumulator's initialisation first
-                    inits = kt.assignments(upd.init(acc, aux), f"init_{k}{suffix(r)}",
-                                           row_inames)
+                    shift = [(kt.sub("shift", *at(r, k)), upd.chunk_start)] if (
+                        chunked) else []
+                    inits = kt.assignments([*upd.init(acc, aux), *shift],
+                                           f"init_{k}{suffix(r)}", row_inames)
                     init_ids.extend(a.id for a in inits)
                     insns.extend(inits)
                 vid: str | None = None  # sums: acc + value in one expression (one FMA)
                 prev = {after[r, k]} if after else set()  # the last loop's use of val
                 inputs = deps | {*pack_ids, *local_fac.values(), *prev}
                 value = ka.product(factors)
+                if chunk is not None:
+                    last[r, k] = chunk_updates(r, k, tile, jj, chunk, value, jrow if bounded
+                                               else None, inputs, readers)
+                    continue
                 if t.classic or e.reduction != "sum":
                     vid = f"val{tag}_{k}{suffix(r)}"
                     insns.append(lp.Assignment(val, value, id=vid, within_inames=hot,
@@ -275,9 +357,52 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                 last[r, k] = upds[-1].id
         return last, readers
 
+    def chunk_updates(r: int, k: int, tile: str, jj: str, chunk: tuple[str, int], value: Any,
+                      jrow: Any, inputs: frozenset[str] | set[str], readers: list[str]
+                      ) -> str:
+        """Chunked log-sum-exp of accumulator (r, k): the chunk's values (-inf past N when
+        *jrow* is given), their maximum, the sum moved to it, one exp per term."""
+        jo = chunk[0]
+        sfx, inames = f"{tile}_{k}{suffix(r)}", frozenset({"io", "il", tile, jo})
+        acc, aux, sh, new = (kt.sub(x, *at(r, k)) for x in ("acc", "aux", "shift", "new"))
+        if jrow is not None:
+            value = prim.If(prim.Comparison(jrow, "<", nexpr), value,
+                            form.dtype.type(-np.inf))
+        vid = f"val_{sfx}"
+        insns.append(lp.Assignment(kt.sub("val", *at(r, k), kt.var(jj)), value, id=vid,
+                                   within_inames=inames | {jj},
+                                   depends_on=frozenset(inputs)))
+        readers.append(vid)
+        prev = {*init_ids, *chunk_last.get((r, k), ())}
+        mx = kt.assignments(upd.chunk_max(acc, kt.sub("val", *at(r, k), kt.var(f"{jj}m"))),
+                            f"max_{sfx}", inames | {f"{jj}m"}, after={vid, *prev})
+        rs = kt.assignments(upd.chunk_rescale(acc, aux, sh, new), f"rescale_{sfx}", inames,
+                            after={mx[-1].id, *prev}, chain=True)
+        sm = kt.assignments(upd.chunk_term(aux, sh, kt.sub("val", *at(r, k), kt.var(
+            f"{jj}s"))), f"upd_{sfx}", inames | {f"{jj}s"}, after={rs[-1].id, vid})
+        insns.extend([*mx, *rs, *sm])
+        chunk_last[r, k] = (sm[-1].id,)
+        return sm[-1].id
+
+    chunk_last: dict[tuple[int, int], tuple[str, ...]] = {}
     pre = kt.domain_prefix(form.m, form.n)
     domains = [f"{pre}{{[io]: 0 <= io and {K * R}*io < {form.m}}}"]
-    if t.peel:
+    if chunked:
+        main_loads = loads("jt", "jl", "", not t.peel, frozenset())
+        last, readers = updates("jt", "ju", "", not t.peel, {}, frozenset(main_loads),
+                                ("jo", U))
+        domains += [f"{{[il, jl, jo]: 0 <= il, jl < {K} and 0 <= jo < {K // U}}}",
+                    f"{{[ju, jum, jus]: 0 <= ju, jum, jus < {U}}}"]
+        if t.peel:
+            tail_loads = loads("jt2", "jl2", "_tail", True, frozenset(readers))
+            updates("jt2", "ju2", "_tail", True, last, frozenset(tail_loads), ("jo2", 1))
+            domains += [f"{{[jl2, jo2]: 0 <= jl2, jo2 < {K}}}",
+                        "{[ju2, ju2m, ju2s]: 0 <= ju2, ju2m, ju2s < 1}",
+                        f"{pre}{{[jt]: 0 <= jt and {K}*jt + {K} <= {form.n}}}",
+                        f"{pre}{{[jt2]: 0 <= jt2 and {K}*jt2 < {form.n} < {K}*jt2 + {K}}}"]
+        else:
+            domains.append(f"{pre}{{[jt]: 0 <= jt and {K}*jt < {form.n}}}")
+    elif t.peel:
         main_loads = loads("jt", "jl", "", False, frozenset())
         last, readers = updates("jt", "jj", "", False, {}, frozenset(main_loads))
         tail_loads = loads("jt2", "jl2", "_tail", True, frozenset(readers))
@@ -296,17 +421,20 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
     for r in range(R):
         store_pred = frozenset[Any]({prim.Comparison(row(r), "<", mexpr)})
         for k, term in enumerate(terms):
-            stores = kt.output_stores(form, upd, term, row(r), kt.sub("acc", *at(r, k)),
-                                      kt.sub("aux", *at(r, k)))
+            stores = kt.output_stores(form, upd, term, row(r), kt.sub(
+                "shift" if chunked else "acc", *at(r, k)), kt.sub("aux", *at(r, k)))
             insns += kt.assignments(stores, f"store_{k}{suffix(r)}", row_inames,
                                     after=update_ids, predicates=store_pred)
     tags = {"io": "g.0", "il": "l.0", "jl": "l.0"}
     if t.peel:
         tags["jl2"] = "l.0"
-    if t.unroll >= K:
+    if chunked:
+        tags.update({x: "unr" for x in ("ju", "jum", "jus", *(
+            ("ju2", "ju2m", "ju2s") if t.peel else ()))})
+    elif t.unroll >= K:
         tags["jj"] = "unr"
     knl = kt.template_kernel(e, domains, insns, temps, tags)
-    if 1 < t.unroll < K:
+    if 1 < t.unroll < K and not chunked:
         import loopy as lp
 
         knl = lp.split_iname(knl, "jj", t.unroll, inner_tag="unr")

@@ -51,10 +51,11 @@ _VEC1: Any = "vec"
 # {{{ kernel scaffolding
 
 
-def template_form(e: BatchedEinsum, *, block_sparse: bool = False) -> Form:
+def template_form(e: BatchedEinsum, *, block_sparse: bool = False, short_rows: bool = False
+                  ) -> Form:
     """:func:`~feinsum.reductions.analysis.analyze`, raising
     :class:`~feinsum.errors.SpecificationError` when the spec is no kernel reduction."""
-    form = analyze(e, block_sparse=block_sparse)
+    form = analyze(e, block_sparse=block_sparse, short_rows=short_rows)
     if isinstance(form, str):
         raise SpecificationError(f"this kernel template does not fit the spec: {form}")
     return form

@@ -1,0 +1,78 @@
+"""tiled_2d_gpu: KeOps' GpuConv2D scheme on GPUs, for few output rows and many terms.
+
+The reduction index is dealt to the lanes: ``G`` work-groups of ``K`` work-items sweep
+the terms ``G*K`` at a time (coalesced reads of the j-variables), every work-item folds
+each of its terms into all ``M`` rows (i-variables and accumulators in registers), a tree
+over local memory combines the group's partial accumulators per row, and a second device
+kernel combines the ``G`` partials of each row (:mod:`feinsum.reductions.few_rows`).
+For a fixed, small ``M`` (the row-parallel schemes ``tiled_1d`` and ``tiled_2d`` leave
+the GPU idle there); GPUs only (``tiled_2d`` is the CPU's 2D scheme). ``math``: the
+``exp``/``log`` flavour, as tiled_1d's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import loopy as lp
+
+from feinsum.lowering.reduction_updates import MATH_MODES
+from feinsum.recipes import (
+    Boolean,
+    Choice,
+    Constraint,
+    ParameterSpace,
+    PowersOfTwo,
+    Recipe,
+    at_most,
+)
+from feinsum.reductions import few_rows as fr
+from feinsum.reductions.row_tiles import default_math
+
+#: Work-items per group (the default): four warps, whose partials the tree combines.
+GPU_TILE = 128
+#: Work-groups per compute unit (the default): each work-item sweeps enough terms that the
+#: tree and the second kernel stay small beside the sweep.
+GROUPS_PER_UNIT = 2
+
+
+def _applies(e: Any, device: Any) -> str | None:
+    if device.is_cpu:
+        return "a GPU scheme (on CPUs tiled_2d deals the terms to cores)"
+    form = fr.row_form(e)
+    return form if isinstance(form, str) else None
+
+
+def _space(e: Any, device: Any) -> ParameterSpace:
+    form = fr.row_form(e)
+    single = not isinstance(form, str) and form.dtype.itemsize == 4
+    return ParameterSpace(
+        K=PowersOfTwo(32, 1024), G=PowersOfTwo(1, 4096), math=Choice(list(MATH_MODES)),
+        denorms_are_zero=Boolean(),
+        constraints=[
+            at_most("work_group", lambda p: p["K"], device.max_work_group_size,
+                    "K <= max_work_group_size"),
+            Constraint("native_float32", lambda p: single or not p["math"].startswith(
+                "native"), "native exp/log are float32 only"),
+        ],
+    )
+
+
+def _default(e: Any, device: Any) -> dict[str, Any]:
+    form = fr.row_form(e)
+    single = not isinstance(form, str) and form.dtype.itemsize == 4
+    groups = GROUPS_PER_UNIT * max(1, device.compute_units)
+    return {"K": min(GPU_TILE, device.max_work_group_size),
+            "G": 1 << (groups.bit_length() - 1), "math": default_math(form, device),
+            "denorms_are_zero": single}
+
+
+def _apply(t_unit: lp.TranslationUnit, params: dict[str, Any], e: Any, device: Any
+           ) -> lp.TranslationUnit:
+    """Terms on the lanes, rows in registers, partials combined by a tree and a second
+    kernel: KeOps' GpuConv2D on a GPU."""
+    return fr.few_rows_kernel(e, params["K"], params["G"], math=params["math"])
+
+
+RECIPE = Recipe("tiled_2d_gpu", applies=_applies, space=_space, default=_default,
+                apply=_apply)
