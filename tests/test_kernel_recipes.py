@@ -198,10 +198,11 @@ def check_special_values(ex, e, kind: str, m: int, n: int, x_row: int, y_row: in
 
 
 #: tiled_2d_gpu (GPUs only: generated for the H200 model, run on the CPU device): several
-#: sweeps of the grid and idle work-groups (small G and K), every exp/log flavour.
+#: sweeps of the grid and idle work-groups (small G and K), every exp/log flavour, blocks
+#: of R rows (at most M: one block for M <= R; several, the last partial, past it).
 FEW_ROWS_CONFIGS = [
-    {"K": 32, "G": 4, "math": "accurate", "denorms_are_zero": False},
-    {"K": 64, "G": 2, "math": "native_exp2", "denorms_are_zero": False},
+    {"K": 32, "G": 4, "R": 5, "math": "accurate", "denorms_are_zero": False},
+    {"K": 64, "G": 2, "R": 16, "math": "native_exp2", "denorms_are_zero": False},
 ]
 
 
@@ -222,11 +223,13 @@ def few_rows_executor(params: tuple, kind: str, m: int, ctx):  # type: ignore[no
     f"{k}{x if isinstance(x, str) else int(x)}" for k, x in v.items()))
 @pytest.mark.parametrize("kind", ["sum", "min", "max", "argmin", "argmax", "logsumexp"])
 def test_few_rows_on_gpu_models(params, kind, cl_context, cl_queue, rng):  # type: ignore[no-untyped-def]
-    """tiled_2d_gpu matches feinsum.evaluate for few rows (M = 3, 16), N from 1 to past
-    several sweeps of the grid, with NaN in an i-point, in two j-points, f = -inf everywhere and
-    f = +inf once (log-sum-exp)."""
-    for m in (3, 16):
-        ex, e = few_rows_executor(tuple(sorted(params.items())), kind, m, cl_context)
+    """tiled_2d_gpu matches feinsum.evaluate for few rows (M = 3, 16, 100: one block of
+    rows, or several with the last one partial), N from 1 to past several sweeps of the
+    grid, with NaN in an i-point, in two j-points, f = -inf everywhere and f = +inf once
+    (log-sum-exp)."""
+    for m in (3, 16, 100):
+        config = {**params, "R": min(params["R"], m)}
+        ex, e = few_rows_executor(tuple(sorted(config.items())), kind, m, cl_context)
         for n in (1, 37, 300):
             arrays = make_arrays(e, m, n, rng)
             _, got = ex(cl_queue, **arrays)
