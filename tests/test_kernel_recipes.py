@@ -238,3 +238,24 @@ def test_few_rows_on_gpu_models(params, kind, cl_context, cl_queue, rng):  # typ
                 np.testing.assert_allclose(have, want, rtol=2e-5, atol=2e-5,
                                            err_msg=f"{key} M={m} N={n}")
             check_special_values(ex, e, kind, m, n, m - 1, n // 2, cl_queue, rng)
+
+
+def test_few_rows_block_limits() -> None:
+    """A block of rows past M, past K or past the registers is refused naming the limit."""
+    from feinsum.devices.models import MODELS
+    from feinsum.errors import SpecificationError
+    from feinsum.reductions.few_rows import few_rows_kernel
+
+    e = make_spec("sum", np.dtype(np.float32)).with_lengths({"M": 64})
+    r, dev = recipe("tiled_2d_gpu"), MODELS["h200"].info
+    assert r.applies(e, dev) is None
+    assert r.default(e, dev)["R"] == 22
+    with pytest.raises(SpecificationError, match="R <= min"):
+        few_rows_kernel(e, 32, 4, R=33)
+    with pytest.raises(feinsum.InvalidConfigurationError, match="'R': 25 is not in integers"):
+        r.space(e, dev).validate({**r.default(e, dev), "R": 25})
+    line = kernel_reduction("exp(-sqdist(x, y)) * b", i_vars={"x": 1},
+                            j_vars={"y": 1, "b": 1}, dtype=np.float32).with_lengths({"M": 64})
+    assert r.default(line, dev)["R"] == 32  # 48 rows' values fit, K = 128: 2 blocks of 32
+    with pytest.raises(feinsum.InvalidConfigurationError, match="R <= K"):
+        r.space(line, dev).validate({**r.default(line, dev), "K": 32, "R": 40})
