@@ -33,6 +33,8 @@ LENGTHS = ({"*": 73}, {"*": 5})
 #: Reference-sized workloads added to the small ones: the two-index transformation with
 #: its 64 x 64 reduction, whose default splits the reduction on GPUs (split-K).
 FULL_SIZED = ("two_index",)
+#: The rows of workloads.md's few-rows workload on GPUs (the reference one has M = 16).
+FEW_ROWS_GPU = 64
 #: A third, larger one for einsums of one length symbol (the element-batched DG family:
 #: several blocks and work-groups, the last partial).
 ONE_SYMBOL_LENGTHS = (*LENGTHS, {"*": 1001})
@@ -45,10 +47,13 @@ def recipes() -> dict[str, Any]:
 
 @functools.cache
 def specs() -> dict[str, Any]:
+    small = workloads(small=True)
     full = {f"{name}_full": canonicalize(w.spec) for name, w in workloads().items()
             if name in FULL_SIZED}
-    return {**{name: canonicalize(w.spec) for name, w in workloads(small=True).items()},
-            **full}
+    # workloads.md's GPU-sized few-rows case: several blocks of rows, the last partial
+    gpu_rows = {"fewrows_gpu": canonicalize(small["gaussian"].spec.with_lengths(
+        {"M": FEW_ROWS_GPU}))}
+    return {**{name: canonicalize(w.spec) for name, w in small.items()}, **full, **gpu_rows}
 
 
 @dataclass(frozen=True)

@@ -198,10 +198,11 @@ def check_special_values(ex, e, kind: str, m: int, n: int, x_row: int, y_row: in
 
 
 #: tiled_2d_gpu (GPUs only: generated for the H200 model, run on the CPU device): several
-#: sweeps of the grid and idle work-groups (small G and K), every exp/log flavour.
+#: sweeps of the grid and idle work-groups (small G and K), every exp/log flavour, blocks
+#: of R rows (at most M: one block for M <= R; several, the last partial, past it).
 FEW_ROWS_CONFIGS = [
-    {"K": 32, "G": 4, "math": "accurate", "denorms_are_zero": False},
-    {"K": 64, "G": 2, "math": "native_exp2", "denorms_are_zero": False},
+    {"K": 32, "G": 4, "R": 5, "math": "accurate", "denorms_are_zero": False},
+    {"K": 64, "G": 2, "R": 16, "math": "native_exp2", "denorms_are_zero": False},
 ]
 
 
@@ -222,11 +223,13 @@ def few_rows_executor(params: tuple, kind: str, m: int, ctx):  # type: ignore[no
     f"{k}{x if isinstance(x, str) else int(x)}" for k, x in v.items()))
 @pytest.mark.parametrize("kind", ["sum", "min", "max", "argmin", "argmax", "logsumexp"])
 def test_few_rows_on_gpu_models(params, kind, cl_context, cl_queue, rng):  # type: ignore[no-untyped-def]
-    """tiled_2d_gpu matches feinsum.evaluate for few rows (M = 3, 16), N from 1 to past
-    several sweeps of the grid, with NaN in an i-point, in two j-points, f = -inf everywhere and
-    f = +inf once (log-sum-exp)."""
-    for m in (3, 16):
-        ex, e = few_rows_executor(tuple(sorted(params.items())), kind, m, cl_context)
+    """tiled_2d_gpu matches feinsum.evaluate for few rows (M = 3, 16, 100: one block of
+    rows, or several with the last one partial), N from 1 to past several sweeps of the
+    grid, with NaN in an i-point, in two j-points, f = -inf everywhere and f = +inf once
+    (log-sum-exp)."""
+    for m in (3, 16, 100):
+        config = {**params, "R": min(params["R"], m)}
+        ex, e = few_rows_executor(tuple(sorted(config.items())), kind, m, cl_context)
         for n in (1, 37, 300):
             arrays = make_arrays(e, m, n, rng)
             _, got = ex(cl_queue, **arrays)
@@ -235,3 +238,24 @@ def test_few_rows_on_gpu_models(params, kind, cl_context, cl_queue, rng):  # typ
                 np.testing.assert_allclose(have, want, rtol=2e-5, atol=2e-5,
                                            err_msg=f"{key} M={m} N={n}")
             check_special_values(ex, e, kind, m, n, m - 1, n // 2, cl_queue, rng)
+
+
+def test_few_rows_block_limits() -> None:
+    """A block of rows past M, past K or past the registers is refused naming the limit."""
+    from feinsum.devices.models import MODELS
+    from feinsum.errors import SpecificationError
+    from feinsum.reductions.few_rows import few_rows_kernel
+
+    e = make_spec("sum", np.dtype(np.float32)).with_lengths({"M": 64})
+    r, dev = recipe("tiled_2d_gpu"), MODELS["h200"].info
+    assert r.applies(e, dev) is None
+    assert r.default(e, dev)["R"] == 22
+    with pytest.raises(SpecificationError, match="R <= min"):
+        few_rows_kernel(e, 32, 4, R=33)
+    with pytest.raises(feinsum.InvalidConfigurationError, match="'R': 25 is not in integers"):
+        r.space(e, dev).validate({**r.default(e, dev), "R": 25})
+    line = kernel_reduction("exp(-sqdist(x, y)) * b", i_vars={"x": 1},
+                            j_vars={"y": 1, "b": 1}, dtype=np.float32).with_lengths({"M": 64})
+    assert r.default(line, dev)["R"] == 32  # 48 rows' values fit, K = 128: 2 blocks of 32
+    with pytest.raises(feinsum.InvalidConfigurationError, match="R <= K"):
+        r.space(line, dev).validate({**r.default(line, dev), "K": 32, "R": 40})

@@ -2,12 +2,13 @@
 
 The reduction index is dealt to the lanes: ``G`` work-groups of ``K`` work-items sweep
 the terms ``G*K`` at a time (coalesced reads of the j-variables), every work-item folds
-each of its terms into all ``M`` rows (i-variables and accumulators in registers), a tree
-over local memory combines the group's partial accumulators per row, and a second device
-kernel combines the ``G`` partials of each row (:mod:`feinsum.reductions.few_rows`).
-For a fixed, small ``M`` (the row-parallel schemes ``tiled_1d`` and ``tiled_2d`` leave
-the GPU idle there); GPUs only (``tiled_2d`` is the CPU's 2D scheme). ``math``: the
-``exp``/``log`` flavour, as tiled_1d's.
+each of its terms into the ``R`` rows of its block (i-variables and accumulators in
+registers; the ``ceil(M/R)`` row blocks are a second grid axis), a tree over local memory
+combines the group's partial accumulators per row, and a second device kernel combines the
+``G`` partials of each row (:mod:`feinsum.reductions.few_rows`). For a fixed ``M`` (the
+row-parallel schemes ``tiled_1d`` and ``tiled_2d`` need a symbolic one); GPUs only
+(``tiled_2d`` is the CPU's 2D scheme). ``math``: the ``exp``/``log`` flavour, as
+tiled_1d's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from feinsum.recipes import (
     Boolean,
     Choice,
     Constraint,
+    IntRange,
     ParameterSpace,
     PowersOfTwo,
     Recipe,
@@ -31,9 +33,22 @@ from feinsum.reductions.row_tiles import default_math
 
 #: Work-items per group (the default): four warps, whose partials the tree combines.
 GPU_TILE = 128
-#: Work-groups per compute unit (the default): each work-item sweeps enough terms that the
-#: tree and the second kernel stay small beside the sweep.
+#: Work-groups per compute unit (the default, at least): each work-item sweeps enough terms
+#: that the tree and the second kernel stay small beside the sweep.
 GROUPS_PER_UNIT = 2
+
+
+def _groups(blocks: int, units: int) -> int:
+    """``G`` (a power of two) for ``blocks`` row blocks: about :data:`GROUPS_PER_UNIT`
+    work-groups per compute unit, the one of the two nearest powers of two whose grid
+    divides into the units most evenly (the smaller on a tie)."""
+    want = max(1, GROUPS_PER_UNIT * units // blocks)
+    low = 1 << (want.bit_length() - 1)
+
+    def balance(g: int) -> float:
+        return g * blocks / (units * -(-g * blocks // units))
+
+    return max((low, 2 * low), key=lambda g: (balance(g), -g))
 
 
 def _applies(e: Any, device: Any) -> str | None:
@@ -47,11 +62,14 @@ def _space(e: Any, device: Any) -> ParameterSpace:
     form = fr.row_form(e)
     single = not isinstance(form, str) and form.dtype.itemsize == 4
     return ParameterSpace(
-        K=PowersOfTwo(32, 1024), G=PowersOfTwo(1, 4096), math=Choice(list(MATH_MODES)),
-        denorms_are_zero=Boolean(),
+        K=PowersOfTwo(32, 1024), G=PowersOfTwo(1, 4096),
+        R=IntRange(1, 1 if isinstance(form, str) else fr.max_block(form)),
+        math=Choice(list(MATH_MODES)), denorms_are_zero=Boolean(),
         constraints=[
             at_most("work_group", lambda p: p["K"], device.max_work_group_size,
                     "K <= max_work_group_size"),
+            Constraint("block_lanes", lambda p: p["R"] <= p["K"],
+                       "R <= K (lane r stores row r of the block)"),
             Constraint("native_float32", lambda p: single or not p["math"].startswith(
                 "native"), "native exp/log are float32 only"),
         ],
@@ -61,17 +79,21 @@ def _space(e: Any, device: Any) -> ParameterSpace:
 def _default(e: Any, device: Any) -> dict[str, Any]:
     form = fr.row_form(e)
     single = not isinstance(form, str) and form.dtype.itemsize == 4
-    groups = GROUPS_PER_UNIT * max(1, device.compute_units)
-    return {"K": min(GPU_TILE, device.max_work_group_size),
-            "G": 1 << (groups.bit_length() - 1), "math": default_math(form, device),
+    K = min(GPU_TILE, device.max_work_group_size)
+    m = 1 if isinstance(form, str) else int(form.m)
+    most = 1 if isinstance(form, str) else min(fr.max_block(form), K)
+    blocks = -(-m // most)
+    return {"K": K, "G": _groups(blocks, max(1, device.compute_units)),
+            "R": -(-m // blocks), "math": default_math(form, device),
             "denorms_are_zero": single}
 
 
 def _apply(t_unit: lp.TranslationUnit, params: dict[str, Any], e: Any, device: Any
            ) -> lp.TranslationUnit:
-    """Terms on the lanes, rows in registers, partials combined by a tree and a second
-    kernel: KeOps' GpuConv2D on a GPU."""
-    return fr.few_rows_kernel(e, params["K"], params["G"], math=params["math"])
+    """Terms on the lanes, a block of rows in registers, partials combined by a tree and a
+    second kernel: KeOps' GpuConv2D on a GPU."""
+    return fr.few_rows_kernel(e, params["K"], params["G"], math=params["math"],
+                              R=params["R"])
 
 
 RECIPE = Recipe("tiled_2d_gpu", applies=_applies, space=_space, default=_default,
