@@ -202,7 +202,7 @@ def check_special_values(ex, e, kind: str, m: int, n: int, x_row: int, y_row: in
 #: of R rows (at most M: one block for M <= R; several, the last partial, past it).
 FEW_ROWS_CONFIGS = [
     {"K": 32, "G": 4, "R": 5, "math": "accurate", "denorms_are_zero": False},
-    {"K": 64, "G": 2, "R": 16, "math": "native_exp2", "denorms_are_zero": False},
+    {"K": 32, "G": 2, "R": 8, "math": "native_exp2", "denorms_are_zero": False},
 ]
 
 
