@@ -14,7 +14,9 @@ its own elements. Two consecutive units share a launch (:func:`launch_groups`) w
   work-group ``g`` of one and work-group ``g' != g`` of the other: checked exactly with
   isl on the access maps ``{[g] -> [entry]}`` of their statements (``min``/``max`` in
   indices are exact, other indices widen to the whole axis, a C statement's accesses to
-  the whole array, except the entries a ``vstoreN`` writes along its contiguous axis).
+  the whole array, except the entries a ``vstoreN`` writes along its contiguous axis);
+* with a limit (the hook's ``LAUNCH_CODE_LIMIT``), the launch's statements once unrolled
+  stay within it.
 
 Inside a launch, units follow one another in each work-group; a work-group barrier with a
 global memory fence separates them when the group has several work-items, and loopy is
