@@ -33,6 +33,8 @@ from typing import Any
 
 import pymbolic.primitives as prim
 
+from feinsum.matching.size import unrolled_statements
+
 #: an access whose entries cannot be described: every entry of the array
 ALL: Any = "all"
 
@@ -281,8 +283,6 @@ def launch_groups(knl: Any, unit_ids: Sequence[frozenset[str]], hw: Sequence[boo
     axes share a launch with the previous ones when :func:`compatible` with each, and,
     with *max_statements*, while the launch's statements once unrolled stay within it:
     a device compiler's time grows faster than the size of the function it compiles)."""
-    from feinsum.matching.size import unrolled_statements
-
     units = [unit(knl, sorted(u)) if h else None for u, h in zip(unit_ids, hw, strict=True)]
     sizes = ([unrolled_statements(knl, u) for u in unit_ids] if max_statements is not None
              else [0] * len(unit_ids))
