@@ -1,7 +1,7 @@
 """Shared fixtures: the OpenCL device every test runs on, a queue, a seeded RNG; the
 hook's persistent cache of transformed programs in a directory of the test session's own
 (unless ``FEINSUM_CACHE`` says otherwise), so that tests never read what another run
-wrote."""
+wrote; programs transformed at their first call (``FEINSUM_BACKGROUND=0`` unless set)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,9 @@ def rng() -> np.random.Generator:
 def _program_cache(tmp_path_factory):  # type: ignore[no-untyped-def]
     import os
 
+    # tests see what a program's first call returns: the lazy context transforms at that
+    # call unless a test asks for the background (tests/test_background.py)
+    os.environ.setdefault("FEINSUM_BACKGROUND", "0")
     if "FEINSUM_CACHE" not in os.environ:
         os.environ["FEINSUM_CACHE"] = str(tmp_path_factory.mktemp("feinsum-programs"))
     yield

@@ -45,12 +45,98 @@ class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArr
     release temporaries while kernels still ran (a corrupted heap on PoCL)."""
 
     feinsum_schedule_all = True
+    #: transform compiled programs in a background process, running them untransformed
+    #: meanwhile (:mod:`feinsum.hook.background`); None: ``$FEINSUM_BACKGROUND`` (on
+    #: unless "0")
+    feinsum_background: bool | None = None
 
-    def __init__(self, queue: Any, allocator: Any = None, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, queue: Any, allocator: Any = None, *args: Any,
+                 feinsum_background: bool | None = None, **kwargs: Any) -> None:
         if allocator is None and kwargs.get("use_memory_pool") is not False:
             kwargs.pop("use_memory_pool", None)
             allocator = buffer_pool(queue)
         super().__init__(queue, allocator, *args, **kwargs)
+        if feinsum_background is not None:
+            self.feinsum_background = feinsum_background
+        self._feinsum_jobs: list[Any] = []
+        self._feinsum_new_job: Any = None
+        traced = self._compile_trace_callback
+
+        def trace(what: Any, stage: str, ir: Any) -> None:
+            if stage == "post_transform_loopy_program":
+                self._feinsum_attach(ir)
+            traced(what, stage, ir)
+
+        self._compile_trace_callback = trace
+
+    def transform_loopy_program(self, t_unit: Any) -> Any:
+        """:meth:`FeinsumTransformMixin.transform_loopy_program`, except that a compiled
+        program the caches do not hold is transformed in a background process (unless
+        ``feinsum_background`` is False): it runs untransformed until that is done."""
+        import time
+
+        from feinsum.hook import background
+        from feinsum.hook.program import cached_program
+
+        t0 = time.perf_counter()
+        once = not self.feinsum_transform_once and self._feinsum_runs_once(t_unit)
+        options = self._feinsum_options()
+        job_options = (None if once or not background.enabled(self.feinsum_background)
+                       else background.worker_options(options))
+        if job_options is None:
+            return super().transform_loopy_program(t_unit)
+        hit = cached_program(t_unit, **options)
+        if hit is not None:
+            if not hit[1].changed:  # the mixin's way with programs feinsum leaves alone
+                return super().transform_loopy_program(t_unit)
+            self.feinsum_last_report = hit[1]
+            return hit[0]
+        job = background.BackgroundJob(t_unit, job_options)
+        self._feinsum_jobs.append(job)
+        self._feinsum_new_job = job
+        self.feinsum_last_report = background.pending_report(
+            t_unit, options["device"].name.strip(), job, time.perf_counter() - t0)
+        return t_unit
+
+    def feinsum_wait(self, timeout: float | None = None) -> bool:
+        """Wait at most *timeout* seconds (None: as long as it takes) for this context's
+        background transformations; whether all have ended (each program switches to its
+        transformed version at its next call)."""
+        import time
+
+        end = None if timeout is None else time.monotonic() + timeout
+        for job in self._feinsum_jobs:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            if not job.wait(left):
+                return False
+        return True
+
+    def _feinsum_attach(self, bound: Any) -> None:
+        """Make the program arraycontext just bound switch to the background job's
+        transformed program when that is ready."""
+        import weakref
+
+        from feinsum.hook.background import TieredExecutor
+
+        job, self._feinsum_new_job = self._feinsum_new_job, None
+        executor = getattr(bound, "program", None)
+        if job is None or not callable(executor):
+            return
+        me = weakref.ref(self)
+
+        def switched(report: Any, failure: str | None) -> None:
+            actx = me()
+            if actx is None:
+                return
+            if report is not None:
+                actx.feinsum_last_report = report
+            elif failure is not None and actx.feinsum_last_report is not None:
+                from dataclasses import replace
+
+                actx.feinsum_last_report = replace(actx.feinsum_last_report,
+                                                   mode="transform", note=failure)
+
+        bound.program = TieredExecutor(executor, job, self.context, switched)
 
     def _feinsum_runs_once(self, t_unit: Any) -> bool:
         """Programs of ``actx.compile`` carry arraycontext's ``FromArrayContextCompile`` tag

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from feinsum.errors import DeviceError, EinsumMatchError, FeinsumError, MissingRecordError
 from feinsum.hook.kernels import kernel_names
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from feinsum.hook.planning import Planner
     from feinsum.hook.store import Entry
 
-__all__ = ["ON_MISS", "clear_cache", "kernel_names", "program_key", "transform_program"]
+__all__ = ["ON_MISS", "cached_program", "clear_cache", "kernel_names", "program_key",
+           "transform_program"]
 
 ON_MISS = ("default", "tune", "skip", "error")
 ON_BUSY = ("default", "wait")
@@ -233,27 +234,13 @@ def transform_program(
     Returns the new translation unit and a :class:`~feinsum.hook.HookReport`.
     """
     t0 = time.perf_counter()
-    if on_miss not in ON_MISS:
-        raise FeinsumError(f"on_miss={on_miss!r}: use one of {', '.join(ON_MISS)}")
-    if on_busy not in ON_BUSY:
-        raise FeinsumError(f"on_busy={on_busy!r}: use one of {', '.join(ON_BUSY)}")
-    if budget is not None and (not isinstance(budget, int) or budget < 1):
-        raise FeinsumError(f"budget={budget!r}: give a positive number of evaluations")
-    import loopy as lp
-
-    if not isinstance(t_unit, lp.TranslationUnit):
-        if isinstance(t_unit, lp.LoopKernel):
-            t_unit = lp.make_program(t_unit)
-        else:
-            raise EinsumMatchError(f"expected a loopy TranslationUnit, got "
-                                   f"{type(t_unit).__name__}")
-    opts = Options(on_miss, on_busy, budget, time_limit,
-                   tuple(sorted((str(k), int(v)) for k, v in (lengths or {}).items())),
-                   None if prefer is None else tuple(prefer), wait_timeout)
+    t_unit, opts = _arguments(t_unit, on_miss, on_busy, budget, time_limit, lengths, prefer,
+                              wait_timeout)
     clock = Clock()
     try:
-        return _transform(t_unit, device, db, opts, recipe_path, cache, schedule_all,
+        done = _transform(t_unit, device, db, opts, recipe_path, cache, schedule_all,
                           run_once, clock, t0)
+        return cast("tuple[lp.TranslationUnit, HookReport]", done)
     except (MissingRecordError, DeviceError):
         raise
     except Exception as exc:  # never worse than the untransformed program: keep it
@@ -268,9 +255,65 @@ def transform_program(
                                   timings=clock.as_dict())
 
 
+def cached_program(
+    t_unit: lp.TranslationUnit,
+    *,
+    device: Any = None,
+    db: Any = None,
+    on_miss: str = "default",
+    budget: int | None = None,
+    lengths: Mapping[str, int] | None = None,
+    prefer: Sequence[str] | None = None,
+    on_busy: str = "default",
+    wait_timeout: float | None = None,
+    time_limit: float | None = None,
+    recipe_path: Any = None,
+    schedule_all: bool = False,
+    run_once: bool = False,
+) -> tuple[lp.TranslationUnit, HookReport] | None:
+    """What :func:`transform_program` with these arguments returns, if one of its caches
+    (this process's, then the persistent one) holds it and the database still makes the
+    same choices; None, without transforming anything, if not."""
+    t0 = time.perf_counter()
+    t_unit, opts = _arguments(t_unit, on_miss, on_busy, budget, time_limit, lengths, prefer,
+                              wait_timeout)
+    try:
+        return _transform(t_unit, device, db, opts, recipe_path, True, schedule_all,
+                          run_once, Clock(), t0, cached_only=True)
+    except (MissingRecordError, DeviceError):
+        raise
+    except Exception:  # a cache that cannot answer is a miss: transform_program says why
+        return None
+
+
+def _arguments(t_unit: Any, on_miss: str, on_busy: str, budget: int | None,
+               time_limit: float | None, lengths: Mapping[str, int] | None,
+               prefer: Sequence[str] | None, wait_timeout: float | None
+               ) -> tuple[Any, Options]:
+    """*t_unit* as a translation unit and the options, checked."""
+    if on_miss not in ON_MISS:
+        raise FeinsumError(f"on_miss={on_miss!r}: use one of {', '.join(ON_MISS)}")
+    if on_busy not in ON_BUSY:
+        raise FeinsumError(f"on_busy={on_busy!r}: use one of {', '.join(ON_BUSY)}")
+    if budget is not None and (not isinstance(budget, int) or budget < 1):
+        raise FeinsumError(f"budget={budget!r}: give a positive number of evaluations")
+    import loopy as lp
+
+    if not isinstance(t_unit, lp.TranslationUnit):
+        if isinstance(t_unit, lp.LoopKernel):
+            t_unit = lp.make_program(t_unit)
+        else:
+            raise EinsumMatchError(f"expected a loopy TranslationUnit, got "
+                                   f"{type(t_unit).__name__}")
+    return t_unit, Options(
+        on_miss, on_busy, budget, time_limit,
+        tuple(sorted((str(k), int(v)) for k, v in (lengths or {}).items())),
+        None if prefer is None else tuple(prefer), wait_timeout)
+
+
 def _transform(t_unit: Any, device: Any, db: Any, opts: Options, recipe_path: Any,
-               cache: bool, schedule_all: bool, run_once: bool, clock: Clock, t0: float
-               ) -> tuple[Any, HookReport]:
+               cache: bool, schedule_all: bool, run_once: bool, clock: Clock, t0: float,
+               cached_only: bool = False) -> tuple[Any, HookReport] | None:
     from feinsum.hook.store import Entry, code_fingerprint, entry_key, recipe_directories
 
     with clock("setup"):
@@ -286,6 +329,8 @@ def _transform(t_unit: Any, device: Any, db: Any, opts: Options, recipe_path: An
             return entry.t_unit, replace(entry.report, cached=True, cache=where,
                                          seconds=time.perf_counter() - t0,
                                          timings=clock.as_dict())
+        if cached_only:
+            return None
     with clock("setup"):
         from feinsum.hook.planning import Planner
         from feinsum.hook.store import database_state

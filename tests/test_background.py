@@ -1,0 +1,150 @@
+"""Transforming in the background (:mod:`feinsum.hook.background`) under a real array
+compiler: the first call of a compiled program runs it untransformed while a real worker
+process transforms it; the next call after the worker is done runs the transformed
+program; a failing worker leaves the program untransformed with one warning; a later
+process (here: a cleared in-process cache) finds the program in the persistent cache."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_arraycontext import require_arraycontext
+
+from feinsum.hook import background
+from feinsum.hook.report import HookWarning
+
+E = 500
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    require_arraycontext()
+    from feinsum.hook.program import clear_cache
+
+    monkeypatch.setenv("FEINSUM_CACHE", str(tmp_path / "programs"))
+    clear_cache()
+
+
+def _step(actx: Any, D: Any, u: Any) -> Any:
+    return actx.np.sin(actx.einsum("ij,ej->ei", D, u)) + 2 * u
+
+
+def _program(cl_queue: Any, **options: Any) -> tuple[Any, Any, dict[str, Any], np.ndarray]:
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+
+    rng = np.random.default_rng(3)
+    host = {"D": rng.random((35, 35)), "u": rng.random((E, 35))}
+    ref = np.sin(host["u"] @ host["D"].T) + 2 * host["u"]
+    actx = FeinsumPytatoPyOpenCLArrayContext(cl_queue, feinsum_db=False, **options)
+    arrays = {k: actx.from_numpy(v) for k, v in host.items()}
+    return actx, actx.compile(lambda **kw: _step(actx, **kw)), arrays, ref
+
+
+def _close(out: Any, ref: np.ndarray) -> bool:
+    return bool(np.abs(out - ref).max() <= 1e-12 * np.abs(ref).max())
+
+
+def test_first_call_untransformed_then_transformed(cl_queue: Any) -> None:
+    actx, step, arrays, ref = _program(cl_queue, feinsum_background=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HookWarning)
+        assert _close(actx.to_numpy(step(**arrays)), ref)
+        first = actx.feinsum_last_report
+        assert first.mode == "background" and not first.changed, first
+        assert "background process" in first.note
+        assert actx.feinsum_wait(600)
+        assert first is actx.feinsum_last_report  # the switch happens at the next call
+        assert _close(actx.to_numpy(step(**arrays)), ref)
+    report = actx.feinsum_last_report
+    assert report.mode == "transform" and report.transformed == 1, report
+    assert re.search(r"in use from call \d", report.note), report.note
+    assert _close(actx.to_numpy(step(**arrays)), ref)
+
+    # a new process finds the worker's program in the persistent cache: no worker then
+    from feinsum.hook.program import clear_cache
+
+    clear_cache()
+    actx2, step2, arrays2, _ = _program(cl_queue, feinsum_background=True)
+    assert _close(actx2.to_numpy(step2(**arrays2)), ref)
+    again = actx2.feinsum_last_report
+    assert again.cached and again.cache == "disk" and again.transformed == 1, again
+    assert actx2._feinsum_jobs == []
+
+
+def test_failing_worker_keeps_the_program(cl_queue: Any, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "broken-python"
+    script.write_text("#!/bin/sh\necho 'SystemError: the worker is broken' >&2\nexit 3\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(background, "PYTHON", str(script))
+    actx, step, arrays, ref = _program(cl_queue, feinsum_background=True)
+    # the worker fails at once: the first call or the next one notices
+    with pytest.warns(HookWarning, match="status 3: SystemError: the worker is broken"):
+        assert _close(actx.to_numpy(step(**arrays)), ref)
+        assert actx.feinsum_wait(60)
+        assert _close(actx.to_numpy(step(**arrays)), ref)
+    report = actx.feinsum_last_report
+    assert report.mode == "transform" and not report.changed
+    assert "keeps running untransformed" in report.note
+    with warnings.catch_warnings():  # one warning, not one per call
+        warnings.simplefilter("error", HookWarning)
+        assert _close(actx.to_numpy(step(**arrays)), ref)
+
+
+def test_worker_result_unreadable(cl_queue: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker that ends well but leaves a corrupt result: the program stays as it was."""
+    script = Path(os.environ["FEINSUM_CACHE"]).parent / "corrupt-python"
+    script.write_text(f"#!/bin/sh\nprintf 'not a pickle' > \"$3/result.pickle\"\n"
+                      f"exit 0\n# {sys.executable}\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(background, "PYTHON", str(script))
+    actx, step, arrays, ref = _program(cl_queue, feinsum_background=True)
+    with pytest.warns(HookWarning, match="could not be read"):
+        assert _close(actx.to_numpy(step(**arrays)), ref)
+        assert actx.feinsum_wait(60)
+        assert _close(actx.to_numpy(step(**arrays)), ref)
+
+
+def test_background_off(cl_queue: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FEINSUM_BACKGROUND", "0")
+    actx, step, arrays, ref = _program(cl_queue)
+    assert _close(actx.to_numpy(step(**arrays)), ref)
+    assert actx.feinsum_last_report.mode == "transform"
+    assert actx.feinsum_last_report.transformed == 1
+    assert actx._feinsum_jobs == []
+
+
+def test_programs_run_once_are_not_sent(cl_queue: Any) -> None:
+    actx, _, arrays, ref = _program(cl_queue, feinsum_background=True)
+    out = actx.to_numpy(actx.freeze(_step(actx, **arrays)))
+    assert _close(out, ref)
+    assert actx.feinsum_last_report.mode == "schedule"
+    assert actx._feinsum_jobs == []
+
+
+def test_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import pyopencl as cl
+
+    from feinsum.database import open_database
+    from feinsum.devices.opencl import get_device
+
+    for value, on in (("0", False), ("off", False), ("No", False), ("1", True), ("", True)):
+        monkeypatch.setenv("FEINSUM_BACKGROUND", value)
+        assert background.enabled() is on
+        assert background.enabled(not on) is (not on)
+    device = get_device()
+    assert isinstance(device, cl.Device)
+    options = {"device": device, "db": None, "on_miss": "default"}
+    sent = background.worker_options(options)
+    assert sent is not None and sent["device"].count(":") == 1
+    assert background.worker_options({**options, "on_miss": "tune"}) is None
+    with open_database(tmp_path / "own.sqlite", include_shipped=False) as db:
+        assert background.worker_options({**options, "db": db}) is None
+    assert background.worker_options({**options, "device": "cpu"}) is None
