@@ -58,13 +58,14 @@ def test_first_call_untransformed_then_transformed(cl_queue: Any) -> None:
         assert _close(actx.to_numpy(step(**arrays)), ref)
         first = actx.feinsum_last_report
         assert first.mode == "background" and not first.changed, first
-        assert "background process" in first.note
+        assert "in the background" in first.note
         assert actx.feinsum_wait(600)
         assert first is actx.feinsum_last_report  # the switch happens at the next call
         assert _close(actx.to_numpy(step(**arrays)), ref)
     report = actx.feinsum_last_report
     assert report.mode == "transform" and report.transformed == 1, report
-    assert re.search(r"in use from call \d", report.note), report.note
+    assert re.search(r"from a background process, .* in use from call \d", report.note), \
+        report.note
     assert _close(actx.to_numpy(step(**arrays)), ref)
 
     # a new process finds the worker's program in the persistent cache: no worker then
@@ -73,9 +74,14 @@ def test_first_call_untransformed_then_transformed(cl_queue: Any) -> None:
     clear_cache()
     actx2, step2, arrays2, _ = _program(cl_queue, feinsum_background=True)
     assert _close(actx2.to_numpy(step2(**arrays2)), ref)
+    assert actx2.feinsum_last_report.mode == "background"
+    assert actx2.feinsum_wait(600)
+    (tiered,) = actx2._feinsum_tiered
+    assert tiered.preparation.job is None  # no worker process
+    assert _close(actx2.to_numpy(step2(**arrays2)), ref)
     again = actx2.feinsum_last_report
     assert again.cached and again.cache == "disk" and again.transformed == 1, again
-    assert actx2._feinsum_jobs == []
+    assert "from the disk cache" in again.note
 
 
 def test_failing_worker_keeps_the_program(cl_queue: Any, tmp_path: Path,
@@ -118,7 +124,7 @@ def test_background_off(cl_queue: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     assert _close(actx.to_numpy(step(**arrays)), ref)
     assert actx.feinsum_last_report.mode == "transform"
     assert actx.feinsum_last_report.transformed == 1
-    assert actx._feinsum_jobs == []
+    assert not actx._feinsum_tiered
 
 
 def test_programs_run_once_are_not_sent(cl_queue: Any) -> None:
@@ -126,7 +132,7 @@ def test_programs_run_once_are_not_sent(cl_queue: Any) -> None:
     out = actx.to_numpy(actx.freeze(_step(actx, **arrays)))
     assert _close(out, ref)
     assert actx.feinsum_last_report.mode == "schedule"
-    assert actx._feinsum_jobs == []
+    assert not actx._feinsum_tiered
 
 
 def test_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -1,13 +1,15 @@
-"""Transforming in the background (tiered compilation): a program's first calls run it
-untransformed, as the array context would have, while a worker process
-(:mod:`feinsum.hook.worker`) transforms it exactly as :func:`feinsum.transform_program`
-would, stores it in the persistent cache and builds it for the device; the transformed
-program takes over at the first call after the worker is done.
+"""Transforming in the background (tiered compilation): a compiled program's first calls
+run it untransformed, as the array context would have. From the first call on (after its
+launch), a thread of this process makes the transformed program: from the hook's caches
+if they hold it, else by a worker process (:mod:`feinsum.hook.worker`) that transforms it
+exactly as :func:`feinsum.transform_program` would, stores it in the persistent cache and
+builds it for the device. The thread then builds it here too, and the first call after
+that runs it.
 
-So the first result comes as fast as without feinsum, and a later process finds the
-transformed program in the cache. A worker that fails leaves the program untransformed,
-with one :class:`~feinsum.hook.report.HookWarning`; a worker still running when its
-process ends finishes and stores its program for the next process.
+So the first result comes as fast as without feinsum, in a new process as in one whose
+caches are warm. A worker that fails leaves the program untransformed, with one
+:class:`~feinsum.hook.report.HookWarning`; a worker still running when its process ends
+finishes and stores its program for the next process.
 
 ``FEINSUM_BACKGROUND=0`` (or an array context's ``feinsum_background=False``) makes every
 transformation happen at the first call instead.
@@ -130,30 +132,86 @@ class BackgroundJob:
         return f"the worker process ended with status {self.process.returncode}: {last[:300]}"
 
 
-def pending_report(t_unit: Any, device: str, job: BackgroundJob, seconds: float
-                   ) -> HookReport:
-    """The report of a program whose transformation runs in *job* (*seconds*: what
-    looking up the caches and starting the job took)."""
+def pending_report(t_unit: Any, device: str, seconds: float) -> HookReport:
+    """The report of a program whose transformation is left to the background
+    (*seconds*: what deciding so took)."""
     from feinsum.hook.kernels import kernel_names
 
     names = tuple(kernel_names(t_unit))
     return HookReport(
         device=device, database=None, kernels=names, mode="background", seconds=seconds,
         kernel_reports=tuple(KernelReport(n, "unchanged") for n in names),
-        note=(f"transforming in a background process (pid {job.pid}): until it is done "
+        note=("transforming in the background from the first call on: until that is done "
               "the program runs untransformed"))
 
 
-class TieredExecutor:
-    """A loopy executor that runs *first* until *job* is done, then the program the job
-    made (built for *context*). *on_switch* is told the job's report and at which call
-    the transformed program took over (None: it did not; the report's note says why)."""
+class Preparation:
+    """The transformed program of *t_unit*, made in a thread of this process: from the
+    hook's caches if they hold it, else by a :class:`BackgroundJob`; then built for
+    *context* (an executor of *entrypoint*), so that switching to it costs the caller
+    nothing. *options*: :func:`feinsum.transform_program`'s; *job_options*: the same as
+    :func:`worker_options` made them."""
 
-    def __init__(self, first: Any, job: BackgroundJob, context: Any,
+    def __init__(self, t_unit: Any, entrypoint: str, context: Any, options: dict[str, Any],
+                 job_options: dict[str, Any]) -> None:
+        import threading
+
+        self.job: BackgroundJob | None = None
+        self.executor: Any = None
+        self.report: HookReport | None = None
+        self.failure: str | None = None
+        self.started = time.perf_counter()
+        self.seconds = 0.0
+        self._args: tuple[Any, ...] = (t_unit, entrypoint, context, options, job_options)
+        self.thread = threading.Thread(target=self._run, name="feinsum-background",
+                                       daemon=True)
+        self.thread.start()
+
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.thread.join(timeout)
+        return self.done()
+
+    def _run(self) -> None:
+        t_unit, entrypoint, context, options, job_options = self._args
+        self._args = ()
+        try:
+            from feinsum.hook.program import cached_program
+
+            found = cached_program(t_unit, **options)
+            if found is None:
+                self.job = BackgroundJob(t_unit, job_options)
+                self.job.wait()
+                found_or_why = self.job.outcome()
+                if isinstance(found_or_why, str):
+                    self.failure = found_or_why
+                    return
+                found = found_or_why
+            new, self.report = found
+            if self.report.changed:
+                executor: Any = new.executor(context, entrypoint=entrypoint)
+                if not executor.has_runtime_typed_args:  # built here, not at the call
+                    executor.translation_unit_info(None)
+                self.executor = executor
+        except BaseException as exc:  # never worse than the untransformed program
+            self.failure = f"{type(exc).__name__}: {str(exc)[:300]}"
+        finally:
+            self.seconds = time.perf_counter() - self.started
+
+
+class TieredExecutor:
+    """A loopy executor that runs *first* (the untransformed program) and, from its first
+    call on, prepares the transformed program (:class:`Preparation`, with *prepare*'s
+    arguments); the first call after that is ready runs it. *on_switch* is told the
+    report of the transformed program (None: there is none; then the text says why)."""
+
+    def __init__(self, first: Any, prepare: tuple[Any, ...],
                  on_switch: Callable[[HookReport | None, str | None], None]) -> None:
         self.current = first
-        self.job: BackgroundJob | None = job
-        self.context = context
+        self.prepare: tuple[Any, ...] | None = prepare
+        self.preparation: Preparation | None = None
         self.on_switch = on_switch
         self.calls = 0
 
@@ -171,40 +229,40 @@ class TieredExecutor:
         return getattr(self.current, name)
 
     def __call__(self, queue: Any, **kwargs: Any) -> Any:
-        if self.job is not None and self.job.done():
-            self._switch()
+        if self.preparation is not None and self.preparation.done():
+            self._switch(self.preparation)
         self.calls += 1
-        return self.current(queue, **kwargs)
+        result = self.current(queue, **kwargs)
+        if self.prepare is not None:  # after the first call's launch: it goes first
+            prepare, self.prepare = self.prepare, None
+            t_unit, context, options, job_options = prepare
+            self.preparation = Preparation(t_unit, self.current.entrypoint, context,
+                                           options, job_options)
+        return result
 
-    def _switch(self) -> None:
-        job, self.job = self.job, None
-        if job is None:
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the preparation (if started); whether it has ended."""
+        return self.preparation is None or self.preparation.wait(timeout)
+
+    def _switch(self, done: Preparation) -> None:
+        self.preparation = None
+        if done.failure is not None:
+            text = (f"the background transformation failed ({done.failure}); the program "
+                    "keeps running untransformed")
+            warnings.warn(f"feinsum: {text}", HookWarning, stacklevel=4)
+            self.on_switch(None, text)
             return
-        outcome = job.outcome()
-        if isinstance(outcome, str):
-            return self._failed(outcome)
-        t_unit, report = outcome
-        if not report.changed:
-            self.on_switch(report, None)
-            return None
-        try:
-            new = t_unit.executor(self.context, entrypoint=self.current.entrypoint)
-            if not new.has_runtime_typed_args:  # build now: a failure keeps the first
-                new.translation_unit_info(None)
-        except Exception as exc:  # never worse than the untransformed program
-            return self._failed(f"its program could not be built here "
-                                f"({type(exc).__name__}: {str(exc)[:200]})")
-        self.current = new
-        note = (f"transformed in a background process in {job.seconds or 0:.1f} s; in use "
-                f"from call {self.calls + 1}")
-        self.on_switch(_noted(report, note), None)
-        return None
-
-    def _failed(self, why: str) -> None:
-        text = (f"the background transformation failed ({why}); the program keeps running "
-                "untransformed")
-        warnings.warn(f"feinsum: {text}", HookWarning, stacklevel=4)
-        self.on_switch(None, text)
+        if done.report is None:
+            return
+        if done.executor is None:
+            self.on_switch(done.report, None)
+            return
+        self.current = done.executor
+        made = ("a background process" if done.job is not None
+                else f"the {done.report.cache} cache")
+        self.on_switch(_noted(done.report, (
+            f"transformed program from {made}, ready {done.seconds:.1f} s after the first "
+            f"call; in use from call {self.calls + 1}")), None)
 
 
 def _noted(report: HookReport, note: str) -> HookReport:

@@ -58,8 +58,10 @@ class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArr
         super().__init__(queue, allocator, *args, **kwargs)
         if feinsum_background is not None:
             self.feinsum_background = feinsum_background
-        self._feinsum_jobs: list[Any] = []
-        self._feinsum_new_job: Any = None
+        import weakref
+
+        self._feinsum_tiered: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._feinsum_new: Any = None
         traced = self._compile_trace_callback
 
         def trace(what: Any, stage: str, ir: Any) -> None:
@@ -70,13 +72,14 @@ class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArr
         self._compile_trace_callback = trace
 
     def transform_loopy_program(self, t_unit: Any) -> Any:
-        """:meth:`FeinsumTransformMixin.transform_loopy_program`, except that a compiled
-        program the caches do not hold is transformed in a background process (unless
-        ``feinsum_background`` is False): it runs untransformed until that is done."""
+        """:meth:`FeinsumTransformMixin.transform_loopy_program`, except for compiled
+        programs (unless ``feinsum_background`` is False): they run untransformed while
+        the transformed program is made in the background, from the first call on
+        (:mod:`feinsum.hook.background`: from the hook's caches, else by a worker
+        process); the first call after it is ready runs it."""
         import time
 
         from feinsum.hook import background
-        from feinsum.hook.program import cached_program
 
         t0 = time.perf_counter()
         once = not self.feinsum_transform_once and self._feinsum_runs_once(t_unit)
@@ -85,42 +88,33 @@ class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArr
                        else background.worker_options(options))
         if job_options is None:
             return super().transform_loopy_program(t_unit)
-        hit = cached_program(t_unit, **options)
-        if hit is not None:
-            if not hit[1].changed:  # the mixin's way with programs feinsum leaves alone
-                return super().transform_loopy_program(t_unit)
-            self.feinsum_last_report = hit[1]
-            return hit[0]
-        job = background.BackgroundJob(t_unit, job_options)
-        self._feinsum_jobs.append(job)
-        self._feinsum_new_job = job
+        self._feinsum_new = (t_unit, options, job_options)
         self.feinsum_last_report = background.pending_report(
-            t_unit, options["device"].name.strip(), job, time.perf_counter() - t0)
+            t_unit, options["device"].name.strip(), time.perf_counter() - t0)
         return t_unit
 
     def feinsum_wait(self, timeout: float | None = None) -> bool:
-        """Wait at most *timeout* seconds (None: as long as it takes) for this context's
-        background transformations; whether all have ended (each program switches to its
-        transformed version at its next call)."""
+        """Wait at most *timeout* seconds (None: as long as it takes) for the transformed
+        programs being made in the background (a program's starts at its first call);
+        whether all are ready (each is then in use from its program's next call)."""
         import time
 
         end = None if timeout is None else time.monotonic() + timeout
-        for job in self._feinsum_jobs:
-            left = None if end is None else max(0.0, end - time.monotonic())
-            if not job.wait(left):
+        for tiered in list(self._feinsum_tiered):
+            if not tiered.wait(None if end is None else max(0.0, end - time.monotonic())):
                 return False
         return True
 
     def _feinsum_attach(self, bound: Any) -> None:
-        """Make the program arraycontext just bound switch to the background job's
-        transformed program when that is ready."""
+        """Make the program arraycontext just bound (*bound*) run untransformed until its
+        transformed version is ready (:class:`~feinsum.hook.background.TieredExecutor`)."""
         import weakref
 
         from feinsum.hook.background import TieredExecutor
 
-        job, self._feinsum_new_job = self._feinsum_new_job, None
+        new, self._feinsum_new = self._feinsum_new, None
         executor = getattr(bound, "program", None)
-        if job is None or not callable(executor):
+        if new is None or not callable(executor):
             return
         me = weakref.ref(self)
 
@@ -136,7 +130,12 @@ class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArr
                 actx.feinsum_last_report = replace(actx.feinsum_last_report,
                                                    mode="transform", note=failure)
 
-        bound.program = TieredExecutor(executor, job, self.context, switched)
+        t_unit, options, job_options = new
+        tiered = TieredExecutor(executor, (t_unit, self.context, options, job_options),
+                                switched)
+        self._feinsum_tiered.add(tiered)
+        bound.program = tiered
+
 
     def _feinsum_runs_once(self, t_unit: Any) -> bool:
         """Programs of ``actx.compile`` carry arraycontext's ``FromArrayContextCompile`` tag
