@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -36,6 +37,10 @@ ENV = "FEINSUM_BACKGROUND"
 _OFF = ("0", "no", "off", "false")
 #: The Python interpreter that runs the worker (this process's).
 PYTHON = sys.executable
+#: Worker processes a process runs at once (the others queue): each program's own would
+#: oversubscribe the machine that also runs the user's program.
+WORKERS = 1
+_SLOTS = threading.BoundedSemaphore(WORKERS)
 
 
 def enabled(setting: bool | None = None) -> bool:
@@ -74,7 +79,8 @@ class BackgroundJob:
     def __init__(self, t_unit: Any, options: dict[str, Any]) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="feinsum-background-"))
         (self.directory / "job.pickle").write_bytes(pickle.dumps(
-            {"t_unit": t_unit, "options": options}, protocol=pickle.HIGHEST_PROTOCOL))
+            {"t_unit": t_unit, "options": options, "parent": os.getpid()},
+            protocol=pickle.HIGHEST_PROTOCOL))
         import feinsum
 
         env = dict(os.environ)
@@ -154,8 +160,6 @@ class Preparation:
 
     def __init__(self, t_unit: Any, entrypoint: str, context: Any, options: dict[str, Any],
                  job_options: dict[str, Any]) -> None:
-        import threading
-
         self.job: BackgroundJob | None = None
         self.executor: Any = None
         self.report: HookReport | None = None
@@ -182,8 +186,9 @@ class Preparation:
 
             found = cached_program(t_unit, **options)
             if found is None:
-                self.job = BackgroundJob(t_unit, job_options)
-                self.job.wait()
+                with _SLOTS:
+                    self.job = BackgroundJob(t_unit, job_options)
+                    self.job.wait()
                 found_or_why = self.job.outcome()
                 if isinstance(found_or_why, str):
                     self.failure = found_or_why

@@ -3,16 +3,23 @@
 :func:`feinsum.transform_program` from ``DIRECTORY/job.pickle`` (written by the process
 that started it), transforms the program (which stores it in the persistent cache),
 builds it for the device (so that pyopencl's binary cache has it) and writes the program
-and its report to ``DIRECTORY/result.pickle``. Exit status 0: done; otherwise the last
+and its report to ``DIRECTORY/result.pickle`` (or, if the process that started it has
+ended meanwhile, removes DIRECTORY: the persistent cache holds the program). It runs at a
+lower priority (:data:`NICE`). Exit status 0: done; otherwise the last
 line on standard error says why."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
+
+#: How much lower the worker's scheduling priority is than its parent's.
+NICE = 5
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     directory = Path(args[0])
     job = pickle.loads((directory / "job.pickle").read_bytes())
+    with contextlib.suppress(OSError):  # background work: the user's program comes first
+        os.nice(NICE)
     from feinsum.devices.opencl import get_context, get_device
     from feinsum.hook.program import transform_program
 
@@ -34,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
             executor.translation_unit_info(None)
             if device.type & cl_device_type_cpu():
                 dry_run(executor, device)
+    if os.getppid() != job.get("parent"):  # its process has ended: the cache has it
+        shutil.rmtree(directory, ignore_errors=True)
+        return 0
     part = directory / "result.part"
     part.write_bytes(pickle.dumps((t_unit, report), protocol=pickle.HIGHEST_PROTOCOL))
     os.replace(part, directory / "result.pickle")
