@@ -154,3 +154,45 @@ def test_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     with open_database(tmp_path / "own.sqlite", include_shipped=False) as db:
         assert background.worker_options({**options, "db": db}) is None
     assert background.worker_options({**options, "device": "cpu"}) is None
+
+
+CHILD = """
+import sys, time
+import numpy as np
+sys.path.insert(0, {tests!r})
+from feinsum.devices.opencl import get_device, get_queue
+from test_background import _program
+actx, step, arrays, ref = _program(get_queue(get_device()), feinsum_background=True)
+actx.to_numpy(step(**arrays))
+(tiered,) = actx._feinsum_tiered
+while tiered.preparation.job is None:
+    time.sleep(0.01)
+print(tiered.preparation.job.directory, flush=True)
+"""
+
+
+def test_worker_outlives_its_process(cl_queue: Any) -> None:
+    """The user's process ends while its worker transforms: the worker finishes, stores
+    the program for the next process and removes its job directory."""
+    import subprocess
+
+    tests = str(Path(__file__).parent)
+    proc = subprocess.run([sys.executable, "-c", CHILD.format(tests=tests)],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              filter(None, [tests, os.environ.get("PYTHONPATH")]))})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    directory = Path(proc.stdout.strip().splitlines()[-1])
+    assert directory.name.startswith("feinsum-background-")
+    import time
+
+    end = time.monotonic() + 300
+    while directory.exists() and time.monotonic() < end:
+        time.sleep(0.2)
+    assert not directory.exists(), "the orphaned worker did not finish"
+    actx, step, arrays, ref = _program(cl_queue, feinsum_background=True)
+    assert _close(actx.to_numpy(step(**arrays)), ref)
+    assert actx.feinsum_wait(120)
+    assert _close(actx.to_numpy(step(**arrays)), ref)
+    report = actx.feinsum_last_report
+    assert report.cached and report.cache == "disk" and report.transformed == 1, report
