@@ -1,6 +1,6 @@
 """Transforming in the background (tiered compilation): a compiled program's first calls
-run it untransformed, as the array context would have. From the first call on (after its
-launch), a thread of this process makes the transformed program: from the hook's caches
+run it untransformed, as the array context would have. Once the first call's kernels have
+run, a thread of this process makes the transformed program: from the hook's caches
 if they hold it, else by a worker process (:mod:`feinsum.hook.worker`) that transforms it
 exactly as :func:`feinsum.transform_program` would, stores it in the persistent cache and
 builds it for the device. The thread then builds it here too, and the first call after
@@ -159,14 +159,15 @@ class Preparation:
     :func:`worker_options` made them."""
 
     def __init__(self, t_unit: Any, entrypoint: str, context: Any, options: dict[str, Any],
-                 job_options: dict[str, Any]) -> None:
+                 job_options: dict[str, Any], after: Any = None) -> None:
         self.job: BackgroundJob | None = None
         self.executor: Any = None
         self.report: HookReport | None = None
         self.failure: str | None = None
         self.started = time.perf_counter()
         self.seconds = 0.0
-        self._args: tuple[Any, ...] = (t_unit, entrypoint, context, options, job_options)
+        self._args: tuple[Any, ...] = (t_unit, entrypoint, context, options, job_options,
+                                       after)
         self.thread = threading.Thread(target=self._run, name="feinsum-background",
                                        daemon=True)
         self.thread.start()
@@ -179,9 +180,11 @@ class Preparation:
         return self.done()
 
     def _run(self) -> None:
-        t_unit, entrypoint, context, options, job_options = self._args
+        t_unit, entrypoint, context, options, job_options, after = self._args
         self._args = ()
         try:
+            if after is not None:  # the first call's kernels first: they share the cores
+                after.wait()
             from feinsum.hook.program import cached_program
 
             found = cached_program(t_unit, **options)
@@ -238,11 +241,13 @@ class TieredExecutor:
             self._switch(self.preparation)
         self.calls += 1
         result = self.current(queue, **kwargs)
-        if self.prepare is not None:  # after the first call's launch: it goes first
+        if self.prepare is not None:  # once the first call's kernels have run
             prepare, self.prepare = self.prepare, None
             t_unit, context, options, job_options = prepare
-            self.preparation = Preparation(t_unit, self.current.entrypoint, context,
-                                           options, job_options)
+            event = result[0] if isinstance(result, tuple) and result else None
+            self.preparation = Preparation(
+                t_unit, self.current.entrypoint, context, options, job_options,
+                after=event if callable(getattr(event, "wait", None)) else None)
         return result
 
     def wait(self, timeout: float | None = None) -> bool:
