@@ -255,40 +255,30 @@ def transform_program(
                                   timings=clock.as_dict())
 
 
-def cached_program(
-    t_unit: lp.TranslationUnit,
-    *,
-    device: Any = None,
-    db: Any = None,
-    on_miss: str = "default",
-    budget: int | None = None,
-    lengths: Mapping[str, int] | None = None,
-    prefer: Sequence[str] | None = None,
-    on_busy: str = "default",
-    wait_timeout: float | None = None,
-    time_limit: float | None = None,
-    recipe_path: Any = None,
-    schedule_all: bool = False,
-    run_once: bool = False,
-) -> tuple[lp.TranslationUnit, HookReport] | None:
-    """What :func:`transform_program` with these arguments returns, if one of its caches
-    (this process's, then the persistent one) holds it and the database still makes the
-    same choices; None, without transforming anything, if not."""
+def cached_program(t_unit: lp.TranslationUnit, **options: Any
+                   ) -> tuple[lp.TranslationUnit, HookReport] | None:
+    """What :func:`transform_program` with these keyword *options* (all of its own but
+    ``cache``) returns, if one of its caches (this process's, then the persistent one)
+    holds it and the database still makes the same choices; None, without transforming
+    anything, if not."""
     t0 = time.perf_counter()
-    t_unit, opts = _arguments(t_unit, on_miss, on_busy, budget, time_limit, lengths, prefer,
-                              wait_timeout)
+    where = {k: options.pop(k, None) for k in ("device", "db", "recipe_path")}
+    flags = {k: bool(options.pop(k, False)) for k in ("schedule_all", "run_once")}
+    t_unit, opts = _arguments(t_unit, **options)
     try:
-        return _transform(t_unit, device, db, opts, recipe_path, True, schedule_all,
-                          run_once, Clock(), t0, cached_only=True)
+        return _transform(t_unit, where["device"], where["db"], opts, where["recipe_path"],
+                          True, flags["schedule_all"], flags["run_once"], Clock(), t0,
+                          cached_only=True)
     except (MissingRecordError, DeviceError):
         raise
     except Exception:  # a cache that cannot answer is a miss: transform_program says why
         return None
 
 
-def _arguments(t_unit: Any, on_miss: str, on_busy: str, budget: int | None,
-               time_limit: float | None, lengths: Mapping[str, int] | None,
-               prefer: Sequence[str] | None, wait_timeout: float | None
+def _arguments(t_unit: Any, on_miss: str = "default", on_busy: str = "default",
+               budget: int | None = None, time_limit: float | None = None,
+               lengths: Mapping[str, int] | None = None,
+               prefer: Sequence[str] | None = None, wait_timeout: float | None = None
                ) -> tuple[Any, Options]:
     """*t_unit* as a translation unit and the options, checked."""
     if on_miss not in ON_MISS:
