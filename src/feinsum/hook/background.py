@@ -30,6 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from feinsum.devices.opencl import _indices
+from feinsum.hook.kernels import kernel_names
+from feinsum.hook.program import cached_program
 from feinsum.hook.report import HookReport, HookWarning, KernelReport
 
 #: The environment variable that switches background transformation off ("0").
@@ -57,8 +60,6 @@ def worker_options(options: dict[str, Any]) -> dict[str, Any] | None:
     given as an open object, tuning (the worker's timings would compete with the
     program's own kernels), a device that is not a ``pyopencl.Device``."""
     import pyopencl as cl
-
-    from feinsum.devices.opencl import _indices
 
     db, device = options.get("db"), options.get("device")
     if not (db is None or db is False or isinstance(db, (str, os.PathLike))):
@@ -141,8 +142,6 @@ class BackgroundJob:
 def pending_report(t_unit: Any, device: str, seconds: float) -> HookReport:
     """The report of a program whose transformation is left to the background
     (*seconds*: what deciding so took)."""
-    from feinsum.hook.kernels import kernel_names
-
     names = tuple(kernel_names(t_unit))
     return HookReport(
         device=device, database=None, kernels=names, mode="background", seconds=seconds,
@@ -185,8 +184,6 @@ class Preparation:
         try:
             if after is not None:  # the first call's kernels first: they share the cores
                 after.wait()
-            from feinsum.hook.program import cached_program
-
             found = cached_program(t_unit, **options)
             if found is None:
                 with _SLOTS:

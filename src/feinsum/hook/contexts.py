@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from feinsum.errors import FeinsumError, MissingDependencyError
+from feinsum.hook import background
 from feinsum.hook.mixin import FeinsumTransformMixin
 
 try:
@@ -79,8 +80,6 @@ class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArr
         process); the first call after it is ready runs it."""
         import time
 
-        from feinsum.hook import background
-
         t0 = time.perf_counter()
         once = not self.feinsum_transform_once and self._feinsum_runs_once(t_unit)
         options = self._feinsum_options()
@@ -110,8 +109,6 @@ class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArr
         transformed version is ready (:class:`~feinsum.hook.background.TieredExecutor`)."""
         import weakref
 
-        from feinsum.hook.background import TieredExecutor
-
         new, self._feinsum_new = self._feinsum_new, None
         executor = getattr(bound, "program", None)
         if new is None or not callable(executor):
@@ -131,7 +128,7 @@ class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArr
                                                    mode="transform", note=failure)
 
         t_unit, options, job_options = new
-        tiered = TieredExecutor(executor, (t_unit, self.context, options, job_options),
+        tiered = background.TieredExecutor(executor, (t_unit, self.context, options, job_options),
                                 switched)
         self._feinsum_tiered.add(tiered)
         bound.program = tiered
