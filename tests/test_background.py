@@ -194,3 +194,31 @@ def test_worker_outlives_its_process(cl_queue: Any) -> None:
     assert _close(actx.to_numpy(step(**arrays)), ref)
     report = actx.feinsum_last_report
     assert report.cached and report.cache == "disk" and report.transformed == 1, report
+
+
+EXIT_AT_ONCE = """
+import numpy as np
+from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+from feinsum.devices.opencl import get_device, get_queue
+actx = FeinsumPytatoPyOpenCLArrayContext(get_queue(get_device()), feinsum_db=False,
+                                         feinsum_background=True)
+mats = [actx.from_numpy(np.random.default_rng(i).random((16, 16))) for i in range(5)]
+chain = actx.compile(lambda *a: actx.einsum("ab,bc,cd,de,ef->af", *a))
+actx.to_numpy(chain(*mats))
+"""
+
+
+def test_process_ends_while_the_program_is_prepared(tmp_path: Path) -> None:
+    """A process that ends right after its first call, while its thread prepares the
+    transformed program (cold: starting the worker; warm: building the cached program),
+    ends normally (PoCL aborted such a process before the threads' OpenCL calls were
+    fenced off at exit)."""
+    import subprocess
+
+    env = {**os.environ, "POCL_CACHE_DIR": str(tmp_path / "pocl"),
+           "PYOPENCL_CACHE_DIR": str(tmp_path / "cl")}
+    for _ in range(4):
+        proc = subprocess.run([sys.executable, "-c", EXIT_AT_ONCE],
+                              capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "terminate called" not in proc.stderr

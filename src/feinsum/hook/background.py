@@ -17,6 +17,8 @@ transformation happen at the first call instead.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import pickle
 import shutil
@@ -26,7 +28,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -183,8 +185,9 @@ class Preparation:
         self._args = ()
         try:
             if after is not None:  # the first call's kernels first: they share the cores
-                after.wait()
-            found = cached_program(t_unit, **options)
+                _wait_for(after)
+            with _opencl():
+                found = cached_program(t_unit, **options)
             if found is None:
                 with _SLOTS:
                     self.job = BackgroundJob(t_unit, job_options)
@@ -196,14 +199,53 @@ class Preparation:
                 found = found_or_why
             new, self.report = found
             if self.report.changed:
-                executor: Any = new.executor(context, entrypoint=entrypoint)
-                if not executor.has_runtime_typed_args:  # built here, not at the call
-                    executor.translation_unit_info(None)
+                with _opencl():
+                    executor: Any = new.executor(context, entrypoint=entrypoint)
+                    if not executor.has_runtime_typed_args:  # built here, not at the call
+                        executor.translation_unit_info(None)
                 self.executor = executor
+        except _Closing:
+            self.failure = "the process ended first"
         except BaseException as exc:  # never worse than the untransformed program
             self.failure = f"{type(exc).__name__}: {str(exc)[:300]}"
         finally:
             self.seconds = time.perf_counter() - self.started
+
+
+#: Set when the process ends: the preparation threads then stop before their next OpenCL
+#: call, and the process waits for the one under way (an OpenCL implementation can abort
+#: a process that ends while a thread is inside it: PoCL does).
+_CLOSING = threading.Event()
+_OPENCL_CALLS = threading.Lock()
+
+
+class _Closing(Exception):
+    """The process is ending."""
+
+
+@contextlib.contextmanager
+def _opencl() -> Iterator[None]:
+    """A section of a preparation thread that calls OpenCL (or loopy, which may)."""
+    with _OPENCL_CALLS:
+        if _CLOSING.is_set():
+            raise _Closing
+        yield
+
+
+@atexit.register
+def _close() -> None:
+    _CLOSING.set()
+    with _OPENCL_CALLS:
+        pass
+
+
+def _wait_for(event: Any) -> None:
+    """Wait until *event* (a ``pyopencl.Event``) has completed or failed."""
+    while True:
+        with _opencl():
+            if event.command_execution_status <= 0:  # CL_COMPLETE, or an error
+                return
+        time.sleep(0.005)
 
 
 class TieredExecutor:
