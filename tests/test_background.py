@@ -125,6 +125,43 @@ def test_background_off(cl_queue: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     assert not actx._feinsum_tiered
 
 
+def test_slow_untransformed_programs_are_transformed_at_once(
+        cl_queue: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program whose untransformed call is predicted slow (here: any) is transformed at
+    its first call: the first calls of a right-hand side that runs a minute untransformed
+    are not worth the wait."""
+    from feinsum.hook import payoff
+
+    monkeypatch.setattr(payoff, "BACKGROUND_RUN_LIMIT", 0.0)
+    actx, step, arrays, ref = _program(cl_queue, feinsum_background=True)
+    assert _close(actx.to_numpy(step(**arrays)), ref)
+    assert actx.feinsum_last_report.mode == "transform"
+    assert actx.feinsum_last_report.transformed == 1
+    assert not actx._feinsum_tiered
+
+
+def test_loop_iterations() -> None:
+    """Statements times their loops, each reduction's terms (nested ones multiplied out);
+    None for lengths known only at run time."""
+    import loopy as lp
+
+    from feinsum.hook.payoff import loop_iterations, untransformed_seconds
+
+    knl = lp.make_kernel(
+        "{[e, i, j, k]: 0 <= e < 10 and 0 <= i, j < 4 and 0 <= k < 3}",
+        """
+        out[e, i] = sum(j, A[i, j] * sum(k, B[k, j] * u[e, k])) + sum(k, C[i, k])
+        v[e] = 2 * u[e, 0]
+        """, [lp.GlobalArg("A,B,C,u", np.float64, shape=lp.auto), ...],
+        lang_version=(2018, 2))
+    # out: 40 points x (1 + 4 x (1 + 3) + 3); v: 10 points
+    assert loop_iterations(knl) == 40 * (1 + 4 * 4 + 3) + 10
+    assert untransformed_seconds(knl, cpu=True) == pytest.approx(810 / 1e9)
+    assert untransformed_seconds(knl, cpu=False) == pytest.approx(810 / 1e7)
+    sized = lp.make_kernel("{[e]: 0 <= e < n}", "out[e] = 2 * u[e]", lang_version=(2018, 2))
+    assert loop_iterations(sized) is None
+
+
 def test_programs_run_once_are_not_sent(cl_queue: Any) -> None:
     actx, _, arrays, ref = _program(cl_queue, feinsum_background=True)
     out = actx.to_numpy(actx.freeze(_step(actx, **arrays)))

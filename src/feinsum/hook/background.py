@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from feinsum.devices.opencl import _indices
+from feinsum.hook import payoff
 from feinsum.hook.kernels import kernel_names
 from feinsum.hook.program import cached_program
 from feinsum.hook.report import HookReport, HookWarning, KernelReport
@@ -74,6 +75,16 @@ def worker_options(options: dict[str, Any]) -> dict[str, Any] | None:
         return None
     return {**options, "db": db if isinstance(db, (bool, type(None))) else os.fspath(db),
             "device": f"{platform}:{index}"}
+
+
+def quick_untransformed(t_unit: Any, device: Any) -> bool:
+    """Whether *t_unit* is quick enough untransformed on *device* to run so while it is
+    transformed in the background (:data:`feinsum.hook.payoff.BACKGROUND_RUN_LIMIT`)."""
+    import pyopencl as cl
+
+    cpu = bool(device.type & cl.device_type.CPU)
+    seconds = payoff.untransformed_seconds(t_unit, cpu)
+    return seconds is not None and seconds <= payoff.BACKGROUND_RUN_LIMIT
 
 
 class BackgroundJob:

@@ -85,7 +85,8 @@ class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArr
         options = self._feinsum_options()
         job_options = (None if once or not background.enabled(self.feinsum_background)
                        else background.worker_options(options))
-        if job_options is None:
+        if job_options is None or not background.quick_untransformed(t_unit,
+                                                                     options["device"]):
             return super().transform_loopy_program(t_unit)
         self._feinsum_new = (t_unit, options, job_options)
         self.feinsum_last_report = background.pending_report(

@@ -20,7 +20,11 @@ the hook will not do"):
   minutes for 20 einsums of a right-hand side in one launch);
 * the transformation may take at most :data:`SECONDS_BASE` plus :data:`SECONDS_PER_STATEMENT`
   a statement of the untransformed program (:func:`time_budget`); once spent, the remaining
-  einsums are left to the default schedule.
+  einsums are left to the default schedule;
+* a compiled program runs untransformed while it is transformed in the background only if
+  one call of it untransformed is predicted within :data:`BACKGROUND_RUN_LIMIT`
+  (:func:`untransformed_seconds`): a right-hand side whose untransformed call takes a
+  minute is better transformed at once.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from loopy.symbolic import CombineMapper
 
 from feinsum.matching.size import unrolled_statements
 
@@ -50,6 +56,14 @@ LAUNCH_CODE_LIMIT = 512
 SECONDS_BASE = 30.0
 #: ... plus this much per statement of the untransformed program.
 SECONDS_PER_STATEMENT = 0.25
+#: Loop iterations a second of an untransformed program (one work-item): on a CPU (0.4 and
+#: 2.3e9 measured on this project's machine: a DG step and a 20-einsum right-hand side,
+#: E = 500), on other devices (a GPU's one work-item waits out every memory access).
+UNTRANSFORMED_RATE = {"CPU": 1e9, "other": 1e7}
+#: A compiled program predicted to take at most this many seconds a call untransformed
+#: runs so while it is transformed in the background (:mod:`feinsum.hook.background`);
+#: a slower one is transformed at its first call.
+BACKGROUND_RUN_LIMIT = 1.0
 
 
 def einsum_flops(m: Match, lengths: Iterable[tuple[str, int]] = ()) -> int | None:
@@ -121,3 +135,80 @@ def code_budget(before: Size, einsums: int) -> int:
 def time_budget(before: Size) -> float:
     """The seconds the hook may spend transforming a program of size *before*."""
     return SECONDS_BASE + SECONDS_PER_STATEMENT * before.statements
+
+
+def untransformed_seconds(t_unit: Any, cpu: bool) -> float | None:
+    """A rough time of one call of *t_unit* untransformed (:func:`loop_iterations` at
+    :data:`UNTRANSFORMED_RATE`); None when its loop lengths are not known constants."""
+    iterations = loop_iterations(t_unit)
+    if iterations is None:
+        return None
+    return iterations / UNTRANSFORMED_RATE["CPU" if cpu else "other"]
+
+
+def loop_iterations(t_unit: Any) -> int | None:
+    """How many times the statements of *t_unit*'s kernels run, with each reduction's
+    terms (nested ones multiplied out): what running it untransformed costs on one
+    work-item. None when a loop's length is not a known constant."""
+    from loopy.kernel.function_interface import CallableKernel
+    from loopy.kernel.instruction import MultiAssignmentBase
+
+    total = 0
+    for clbl in t_unit.callables_table.values():
+        if not isinstance(clbl, CallableKernel):
+            continue
+        knl = clbl.subkernel
+        terms = _ReductionTerms(knl)
+        try:
+            for insn in knl.instructions:
+                inner = terms(insn.expression) if isinstance(insn, MultiAssignmentBase) else 0
+                total += terms.length(insn.within_inames) * (1 + inner)
+        except _UnknownLength:
+            return None
+    return total
+
+
+class _UnknownLength(Exception):
+    pass
+
+
+class _ReductionTerms(CombineMapper[int, []]):
+    """The terms the reductions of an expression evaluate."""
+
+    def __init__(self, knl: Any) -> None:
+        super().__init__()
+        self.knl = knl
+        self.lengths: dict[str, int] = {}
+
+    def combine(self, values: Iterable[int]) -> int:
+        return sum(values)
+
+    def map_constant(self, expr: Any) -> int:
+        return 0
+
+    map_variable = map_function_symbol = map_nan = map_constant
+
+    def map_reduction(self, expr: Any) -> int:
+        return self.length(expr.inames) * (1 + self.rec(expr.expr))
+
+    def length(self, inames: Iterable[str]) -> int:
+        n = 1
+        for iname in inames:
+            if iname not in self.lengths:
+                self.lengths[iname] = _constant_length(self.knl, iname)
+            n *= self.lengths[iname]
+        return n
+
+
+def _constant_length(knl: Any, iname: str) -> int:
+    import islpy as isl
+    from loopy.isl_helpers import static_max_of_pw_aff
+
+    try:
+        size = static_max_of_pw_aff(knl.get_iname_bounds(iname, constants_only=True).size,
+                                    constants_only=True)
+        if isinstance(size, isl.PwAff):
+            size = size.as_aff()
+        return max(0, int(size.get_constant_val().to_python()))
+    except Exception as exc:  # a length known only at run time
+        raise _UnknownLength(iname) from exc
