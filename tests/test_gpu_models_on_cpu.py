@@ -6,6 +6,7 @@ configurations is ``slow``."""
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import json
 import os
@@ -60,8 +61,9 @@ def _check(case: Case, params: dict, cl_queue) -> None:  # type: ignore[no-untyp
 CI_MODELS = ("h100", "h200", "mi250x", "mi300x", "max1550", "m2max")
 
 
+@functools.cache
 def _ci_pairs() -> dict[str, list[Case]]:
-    """The CI models' cases by recipe and workload."""
+    """The CI models' cases by recipe and workload (computed once: a second or so)."""
     pairs: dict[str, list[Case]] = collections.defaultdict(list)
     for c in all_cases():
         if c.model in CI_MODELS:
