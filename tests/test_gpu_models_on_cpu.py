@@ -6,6 +6,7 @@ configurations is ``slow``."""
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import json
 import os
@@ -31,15 +32,26 @@ from feinsum.devices.opencl import device_info
 SWEEP = int(os.environ.get("FEINSUM_SWEEP", "0"))
 
 
-def _check(case: Case, params: dict, cl_queue) -> None:  # type: ignore[no-untyped-def]
+def _error(case: Case, params: dict, cl_queue) -> tuple[str, str] | None:  # type: ignore[no-untyped-def]
+    """("skip" | "xfail" | "fail", why) for the case's run on the CPU device, None if it
+    computed evaluate's result."""
     fit = cpu_fit(MODELS[case.model].info, device_info(cl_queue.device))
     if fit:
-        pytest.skip(f"does not fit the CPU device: {fit}")
+        return "skip", f"{case.id} does not fit the CPU device: {fit}"
     err, _ = run(case, params, cl_queue)
+    if err is None:
+        return None
     known = pocl_problem(case.recipe, specs()[case.workload], params)
-    if err is not None and known:
-        pytest.xfail(f"{known}; here: {err[:300]}")
-    assert err is None, f"{case.id} {json.dumps(params, sort_keys=True)}: {err}"
+    if known:
+        return "xfail", f"{case.id}: {known}; here: {err[:300]}"
+    return "fail", f"{case.id} {json.dumps(params, sort_keys=True)}: {err}"
+
+
+def _check(case: Case, params: dict, cl_queue) -> None:  # type: ignore[no-untyped-def]
+    outcome = _error(case, params, cl_queue)
+    if outcome is not None:
+        {"skip": pytest.skip, "xfail": pytest.xfail, "fail": pytest.fail}[outcome[0]](
+            outcome[1])
 
 
 #: The models whose defaults run in CI: the measured GPU (H200), the lent kinds (H100,
@@ -49,15 +61,34 @@ def _check(case: Case, params: dict, cl_queue) -> None:  # type: ignore[no-untyp
 CI_MODELS = ("h100", "h200", "mi250x", "mi300x", "max1550", "m2max")
 
 
-@pytest.mark.parametrize("case", [c for c in all_cases() if c.model in CI_MODELS],
-                         ids=lambda c: c.id)
-def test_default_for_gpu_model_runs_on_cpu(case: Case, cl_queue) -> None:  # type: ignore[no-untyped-def]
-    """The model's default configuration is valid, and its code computes evaluate's result
-    on the CPU device (identical code generated for several models runs once)."""
-    r, e, m = recipes()[case.recipe], specs()[case.workload], MODELS[case.model].info
-    params = r.default(e, m)
-    r.space(e, m).validate(params)
-    _check(case, params, cl_queue)
+@functools.cache
+def _ci_pairs() -> dict[str, list[Case]]:
+    """The CI models' cases by recipe and workload (computed once: a second or so)."""
+    pairs: dict[str, list[Case]] = collections.defaultdict(list)
+    for c in all_cases():
+        if c.model in CI_MODELS:
+            pairs[f"{c.recipe}-{c.workload}"].append(c)
+    return pairs
+
+
+@pytest.mark.parametrize("pair", sorted(_ci_pairs()))
+def test_default_for_gpu_model_runs_on_cpu(pair: str, cl_queue) -> None:  # type: ignore[no-untyped-def]
+    """Each CI model's default configuration for the recipe and workload is valid, and its
+    code computes evaluate's result on the CPU device. One test per recipe and workload,
+    so that the models whose defaults are equal (identical code: ``apply`` reads the device
+    only through the configuration) share one build and run, in one worker."""
+    outcomes = []
+    for case in _ci_pairs()[pair]:
+        r, e, m = recipes()[case.recipe], specs()[case.workload], MODELS[case.model].info
+        params = r.default(e, m)
+        r.space(e, m).validate(params)
+        if (outcome := _error(case, params, cl_queue)) is not None:
+            outcomes.append(outcome)
+    failed = [why for kind, why in outcomes if kind == "fail"]
+    assert not failed, "\n".join(failed)
+    for kind in ("xfail", "skip"):
+        if whys := [why for k, why in outcomes if k == kind]:
+            {"skip": pytest.skip, "xfail": pytest.xfail}[kind]("; ".join(whys))
 
 
 def test_every_model_has_cases_and_left_out_pairs_say_why() -> None:
