@@ -1,13 +1,14 @@
 """Transforming in the background (tiered compilation): a compiled program's first calls
-run it untransformed, as the array context would have. Once the first call's kernels have
-run, a thread of this process makes the transformed program: from the hook's caches
-if they hold it, else by a worker process (:mod:`feinsum.hook.worker`) that transforms it
-exactly as :func:`feinsum.transform_program` would, stores it in the persistent cache and
-builds it for the device. The thread then builds it here too, and the first call after
-that runs it.
+run it untransformed, as the array context would have. Once the second call's kernels
+have run (the first result comes as fast as without feinsum, and a program called once is
+not worth transforming), a thread of this process makes the transformed program: from the
+hook's caches if they hold it, else by a worker process (:mod:`feinsum.hook.worker`) that
+transforms it exactly as :func:`feinsum.transform_program` would, stores it in the
+persistent cache and builds it for the device. The thread then builds it here too, and
+the first call after that runs it. Only programs quick to run untransformed are treated
+so (:func:`quick_untransformed`).
 
-So the first result comes as fast as without feinsum, in a new process as in one whose
-caches are warm. A worker that fails leaves the program untransformed, with one
+A worker that fails leaves the program untransformed, with one
 :class:`~feinsum.hook.report.HookWarning`; a worker still running when its process ends
 finishes and stores its program for the next process.
 
@@ -159,7 +160,7 @@ def pending_report(t_unit: Any, device: str, seconds: float) -> HookReport:
     return HookReport(
         device=device, database=None, kernels=names, mode="background", seconds=seconds,
         kernel_reports=tuple(KernelReport(n, "unchanged") for n in names),
-        note=("transforming in the background from the first call on: until that is done "
+        note=("transformed in the background from the second call on: until that is done "
               "the program runs untransformed"))
 
 
@@ -195,7 +196,7 @@ class Preparation:
         t_unit, entrypoint, context, options, job_options, after = self._args
         self._args = ()
         try:
-            if after is not None:  # the first call's kernels first: they share the cores
+            if after is not None:  # the call's kernels first: they share the cores
                 _wait_for(after)
             with _opencl():
                 found = cached_program(t_unit, **options)
@@ -260,10 +261,10 @@ def _wait_for(event: Any) -> None:
 
 
 class TieredExecutor:
-    """A loopy executor that runs *first* (the untransformed program) and, from its first
-    call on, prepares the transformed program (:class:`Preparation`, with *prepare*'s
-    arguments); the first call after that is ready runs it. *on_switch* is told the
-    report of the transformed program (None: there is none; then the text says why)."""
+    """A loopy executor that runs *first* (the untransformed program) and, from its second
+    call on (or :meth:`wait`), prepares the transformed program (:class:`Preparation`, with
+    *prepare*'s arguments); the first call after that is ready runs it. *on_switch* is told
+    the report of the transformed program (None: there is none; then the text says why)."""
 
     def __init__(self, first: Any, prepare: tuple[Any, ...],
                  on_switch: Callable[[HookReport | None, str | None], None]) -> None:
@@ -291,17 +292,25 @@ class TieredExecutor:
             self._switch(self.preparation)
         self.calls += 1
         result = self.current(queue, **kwargs)
-        if self.prepare is not None:  # once the first call's kernels have run
-            prepare, self.prepare = self.prepare, None
-            t_unit, context, options, job_options = prepare
+        if self.prepare is not None and self.calls >= 2:
             event = result[0] if isinstance(result, tuple) and result else None
-            self.preparation = Preparation(
-                t_unit, self.current.entrypoint, context, options, job_options,
-                after=event if callable(getattr(event, "wait", None)) else None)
+            self._start(event if callable(getattr(event, "wait", None)) else None)
         return result
 
+    def _start(self, after: Any) -> None:
+        """Start the preparation, once *after* (an OpenCL event, or None) has completed."""
+        prepare, self.prepare = self.prepare, None
+        if prepare is None:
+            return
+        t_unit, context, options, job_options = prepare
+        self.preparation = Preparation(t_unit, self.current.entrypoint, context, options,
+                                       job_options, after=after)
+
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for the preparation (if started); whether it has ended."""
+        """Wait for the preparation (started now if the program has run but not yet
+        started it); whether it has ended (True too where nothing was started)."""
+        if self.prepare is not None and self.calls >= 1:
+            self._start(None)
         return self.preparation is None or self.preparation.wait(timeout)
 
     def _switch(self, done: Preparation) -> None:

@@ -74,8 +74,9 @@ class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArr
 
     def transform_loopy_program(self, t_unit: Any) -> Any:
         """:meth:`FeinsumTransformMixin.transform_loopy_program`, except for compiled
-        programs (unless ``feinsum_background`` is False): they run untransformed while
-        the transformed program is made in the background, from the first call on
+        programs quick to run untransformed (unless ``feinsum_background`` is False): they
+        run so while the transformed program is made in the background, from the second
+        call on
         (:mod:`feinsum.hook.background`: from the hook's caches, else by a worker
         process); the first call after it is ready runs it."""
         import time
@@ -95,8 +96,8 @@ class FeinsumPytatoPyOpenCLArrayContext(FeinsumTransformMixin, PytatoPyOpenCLArr
 
     def feinsum_wait(self, timeout: float | None = None) -> bool:
         """Wait at most *timeout* seconds (None: as long as it takes) for the transformed
-        programs being made in the background (a program's starts at its first call);
-        whether all are ready (each is then in use from its program's next call)."""
+        programs made in the background (a program's starts at its second call, or here if
+        it has run once); whether all are ready (each is in use from its next call)."""
         import time
 
         end = None if timeout is None else time.monotonic() + timeout
