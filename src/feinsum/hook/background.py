@@ -101,33 +101,15 @@ class BackgroundJob:
         env = dict(os.environ)
         root = str(Path(feinsum.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-        self.started = time.perf_counter()
         with open(self.directory / "stderr", "wb") as err:
             self.process = subprocess.Popen(
                 [PYTHON, "-m", "feinsum.hook.worker", str(self.directory)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
-        self.seconds: float | None = None
         self._outcome: tuple[Any, HookReport] | str | None = None
 
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def done(self) -> bool:
-        """Whether the worker has ended (without waiting)."""
-        if self.process.poll() is None:
-            return False
-        if self.seconds is None:
-            self.seconds = time.perf_counter() - self.started
-        return True
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait at most *timeout* seconds (None: until it ends); whether it has ended."""
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return self.done()
+    def wait(self) -> None:
+        """Wait until the worker has ended."""
+        self.process.wait()
 
     def outcome(self) -> tuple[Any, HookReport] | str:
         """The transformed program and its report, or why there is none (the worker
