@@ -2,15 +2,18 @@
 
     .venv/bin/python benchmarks/bench_first_call.py [--elements 500] [--only NAME ...]
 
-Each program is run in a process of its own, four ways, in one run of this script:
+Each program is run in processes of its own, four ways, in one run of this script:
 
 * ``plain cold``: arraycontext's own context, in a process whose caches are empty;
-* ``plain warm``: the same, in a later process that finds the first one's caches (the
-  median of ``--warm`` such processes: a process's first call on this shared machine
-  varies by tens of milliseconds);
+* ``plain warm``: the same, in a later process that finds a cold one's caches;
 * ``feinsum cold``: feinsum's context, caches empty;
-* ``feinsum warm``: later processes that find the first one's caches (feinsum's cache of
-  transformed programs included), the median of ``--warm``.
+* ``feinsum warm``: later processes that find a cold one's caches (feinsum's cache of
+  transformed programs included).
+
+A process's first call on this shared machine varies by tens of percent from one process
+to the next, so each way runs ``--cold`` times (each in fresh caches, followed by its share
+of the ``--warm`` processes), plain and feinsum alternating which goes first, and the
+table shows medians.
 
 *The first call* is the time from compiling the program (``actx.compile``; ``actx.einsum``
 for the eager cases) to its result on the host (``actx.to_numpy``), after the imports and
@@ -282,8 +285,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--elements", type=int, default=500)
     parser.add_argument("--only", nargs="*", help="programs to run (default: all)")
+    parser.add_argument("--cold", type=int, default=3,
+                        help="cold processes per program and way, plain and feinsum "
+                             "alternating (the median is shown)")
     parser.add_argument("--warm", type=int, default=3,
-                        help="warm processes per program and way (the median is shown)")
+                        help="warm processes per program and way, spread over the cold "
+                             "ones' caches (the median is shown)")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds a process may take before it counts as failed")
     parser.add_argument("--json", help="also write the results to this file")
@@ -298,19 +305,30 @@ def main() -> None:
     _prepare()
     from feinsum.devices.opencl import device_info, get_device
 
+    per_cold = -(-max(1, args.warm) // max(1, args.cold))
     print(f"device: {device_info(get_device()).name}; E = {args.elements}; seconds from "
-          "compile to the first result on the host; each a process of its own (warm: the "
-          f"median of {args.warm})")
+          "compile to the first result on the host; each a process of its own; medians of "
+          f"{max(1, args.cold)} cold and {max(1, args.cold) * per_cold} warm processes per "
+          "way, plain and feinsum alternating")
     rows = []
     for name in args.only or list(PROGRAMS):
-        res: dict[str, Any] = {}
-        for label, feinsum in (("plain", False), ("feinsum", True)):
-            with tempfile.TemporaryDirectory(prefix="feinsum-first-call-") as tmp:
-                res[f"{label} cold"] = run_child(name, feinsum, Path(tmp), args.elements,
-                                                 args.timeout)
-                res[f"{label} warm"] = _median([
-                    run_child(name, feinsum, Path(tmp), args.elements, args.timeout)
-                    for _ in range(max(1, args.warm))])
+        runs: dict[str, list[dict[str, Any]]] = {
+            f"{label} {how}": [] for label in ("plain", "feinsum") for how in ("cold", "warm")}
+        for rep in range(max(1, args.cold)):
+            ways = [("plain", False), ("feinsum", True)]
+            for label, feinsum in ways if rep % 2 == 0 else ways[::-1]:
+                with tempfile.TemporaryDirectory(prefix="feinsum-first-call-") as tmp:
+                    runs[f"{label} cold"].append(run_child(name, feinsum, Path(tmp),
+                                                           args.elements, args.timeout))
+                    runs[f"{label} warm"].extend(
+                        run_child(name, feinsum, Path(tmp), args.elements, args.timeout)
+                        for _ in range(per_cold))
+        res = {way: _median(found) for way, found in runs.items()}
+        fast = sorted(r["switched"] for r in runs["feinsum cold"]
+                      if r.get("switched") is not None)
+        if fast and res["feinsum cold"].get("seconds") is not None:
+            res["feinsum cold"] = {**res["feinsum cold"], "switched": fast[len(fast) // 2]}
+        res["processes"] = {way: len(found) for way, found in runs.items()}
         rows.append((name, res))
         _print_row(name, res, header=len(rows) == 1)
     if args.json:
