@@ -1,13 +1,11 @@
-"""The hook's persistent cache of transformed programs (feinsum.hook.store): many processes,
-damaged entries, what invalidates an entry, the size bound, ``feinsum cache``."""
+"""The hook's persistent cache of transformed programs (feinsum.hook.store): damaged entries,
+what invalidates an entry, the size bound, ``feinsum cache`` (many processes at once:
+tests/test_transform_lock.py)."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 import warnings
 from pathlib import Path
 from typing import Any
@@ -250,68 +248,6 @@ def test_a_damaged_file_is_one_warning_and_no_cache(tmp_path: Path,
     mine, rep = twice_in_new_processes(cl_device)
     assert len(mine) == 1 and "cannot be opened" in mine[0], mine
     assert rep.transformed == 1
-
-
-# }}}
-
-
-# {{{ many processes at once
-
-
-WORKER = textwrap.dedent('''
-    import json, os, sys, time
-    from pathlib import Path
-    import numpy as np, loopy as lp
-    from feinsum.hook import transform_program
-
-    work = Path(sys.argv[1])
-    knl = lp.make_kernel(
-        "{[e, i, j]: 0 <= e < nelements and 0 <= i, j < 35}",
-        "mass[e, i] = sum(j, massm[i, j] * u[e, j])",
-        [lp.GlobalArg("massm,u,mass", np.float64, shape=lp.auto),
-         lp.ValueArg("nelements", np.int32)], name="mass", lang_version=(2018, 2))
-    import feinsum.hook.program as hp
-    real = hp._transformed
-
-    def slow(*args, **kw):  # both processes are transforming before either stores
-        (work / f"in-{os.getpid()}").touch()
-        while len(list(work.glob("in-*"))) < 2:
-            time.sleep(0.05)
-        return real(*args, **kw)
-
-    hp._transformed = slow
-    new, rep = transform_program(knl, db=False)
-    import pyopencl as cl
-    from feinsum.devices.opencl import get_device, get_queue
-    queue = get_queue(get_device())
-    rng = np.random.default_rng(0)
-    m, u = rng.random((35, 35)), rng.random((300, 35))
-    _, out = new.executor(queue.context)(queue, massm=m, u=u, nelements=300)
-    err = float(np.abs(np.asarray(out[0]) - u @ m.T).max())
-    print(json.dumps({"cached": rep.cached, "error": err}))
-''')
-
-
-def test_two_processes_transform_the_same_program(tmp_path: Path) -> None:
-    """Both transform at once (neither finds an entry), both get a correct program, and
-    the cache ends with one entry."""
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    directory = tmp_path / "programs"
-    env = {**os.environ, "FEINSUM_CACHE": str(directory),
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"),
-                                          *filter(None, [os.environ.get("PYTHONPATH")])])}
-    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=600)
-        assert p.returncode == 0, err[-3000:]
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    assert [r["cached"] for r in results] == [False, False]
-    assert all(r["error"] < 1e-10 for r in results), results
-    assert entries(directory) == 1
 
 
 # }}}

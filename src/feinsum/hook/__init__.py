@@ -10,13 +10,14 @@ record of the timing database.
 * :class:`HookWarning`, :class:`CacheWarning` — the hook left a program as it was, the
   persistent cache could not be read or written;
 * :data:`PREFERENCE` — the recipe order of the ``"default"`` rung;
-* :class:`TuningLock` — the cross-process lock that makes one process tune a spec.
+* :class:`TuningLock` — the cross-process lock that makes one process tune a spec (a
+  :class:`FileLock`, which also makes one process transform a given program).
 
 See the compiler writer's guide (``docs/compiler-guide.rst``, "The hook").
 """
 
 from feinsum.hook.choice import PREFERENCE, default_choices, ordered_recipes
-from feinsum.hook.locks import TuningLock, lock_directory
+from feinsum.hook.locks import FileLock, TuningLock, lock_directory
 from feinsum.hook.mixin import FeinsumTransformMixin
 from feinsum.hook.program import ON_MISS, clear_cache, program_key, transform_program
 from feinsum.hook.report import GroupReport, HookReport, HookWarning, KernelReport
@@ -27,6 +28,7 @@ __all__ = [
     "PREFERENCE",
     "CacheWarning",
     "FeinsumTransformMixin",
+    "FileLock",
     "GroupReport",
     "HookReport",
     "HookWarning",

@@ -1,6 +1,9 @@
-"""A lock per (canonical key, device) that works across processes: ``fcntl.flock`` on a file.
+"""Locks that work across processes: ``fcntl.flock`` on a file (:class:`FileLock`). One per
+(canonical key, device) makes one process tune an einsum (:class:`TuningLock`); one per
+program makes one process transform it (:func:`feinsum.transform_program`, next to the
+persistent cache: ``<cache>/locks/``).
 
-The lock files live next to the SQLite database (``<db>.locks/``), else (server or
+The tuning lock files live next to the SQLite database (``<db>.locks/``), else (server or
 in-memory databases) in ``$FEINSUM_LOCK_DIR`` or the per-user cache directory. The kernel
 releases a ``flock`` when its process dies, so a crashed tuner never leaves a stale lock.
 Processes on other hosts sharing a server database need ``FEINSUM_LOCK_DIR`` on a
@@ -16,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from feinsum.errors import DatabaseError
+from feinsum.errors import DatabaseError, FeinsumError
 
 ENV_VAR = "FEINSUM_LOCK_DIR"
 
@@ -35,19 +38,22 @@ def lock_directory(db: Any) -> Path:
     return Path(platformdirs.user_cache_dir("feinsum")) / "locks"
 
 
-class TuningLock:
-    """An exclusive, cross-process lock on one (canonical key, device key) pair.
+class LockError(FeinsumError):
+    """A lock file cannot be created (its directory cannot be written)."""
+
+
+class FileLock:
+    """An exclusive, cross-process lock: ``flock`` on the file *path* (*label* names what it
+    guards). The kernel releases it when its process dies.
 
     ``acquire(wait=False)`` returns False at once when another process holds it;
     ``acquire(wait=True, timeout=...)`` waits (polling) and returns whether it got it.
     Use as a context manager after a successful acquire, or call :meth:`release`.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], canonical_key: str,
-                 device_key: str) -> None:
-        digest = hashlib.sha256(f"{canonical_key}\n{device_key}".encode()).hexdigest()[:24]
-        self.path = Path(directory) / f"tune-{digest}.lock"
-        self.label = f"{canonical_key} on {device_key}"
+    def __init__(self, path: str | os.PathLike[str], label: str) -> None:
+        self.path = Path(path)
+        self.label = label
         self._fd: int | None = None
 
     @property
@@ -64,8 +70,7 @@ class TuningLock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         except OSError as exc:
-            raise DatabaseError(f"cannot create the tuning lock {self.path}: {exc}; set "
-                                f"{ENV_VAR} to a writable directory") from exc
+            raise self._cannot_create(exc) from exc
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
@@ -89,7 +94,11 @@ class TuningLock:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
-    def __enter__(self) -> TuningLock:
+    def _cannot_create(self, exc: OSError) -> FeinsumError:
+        return LockError(f"cannot create the lock {self.path} ({self.label}): {exc}; make "
+                         f"{self.path.parent} writable")
+
+    def __enter__(self) -> FileLock:
         if not self.held:
             self.acquire(wait=True)
         return self
@@ -97,3 +106,22 @@ class TuningLock:
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.release()
+
+
+class TuningLock(FileLock):
+    """The lock on one (canonical key, device key) pair that one tuning process holds (see
+    :class:`FileLock`)."""
+
+    def __init__(self, directory: str | os.PathLike[str], canonical_key: str,
+                 device_key: str) -> None:
+        digest = hashlib.sha256(f"{canonical_key}\n{device_key}".encode()).hexdigest()[:24]
+        super().__init__(Path(directory) / f"tune-{digest}.lock",
+                         f"{canonical_key} on {device_key}")
+
+    def _cannot_create(self, exc: OSError) -> FeinsumError:
+        return DatabaseError(f"cannot create the tuning lock {self.path}: {exc}; set "
+                             f"{ENV_VAR} to a writable directory")
+
+    def __enter__(self) -> TuningLock:
+        super().__enter__()
+        return self

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from feinsum.database import Database
     from feinsum.devices.opencl import DeviceInfo
+    from feinsum.hook.locks import FileLock
     from feinsum.hook.planning import Planner
     from feinsum.hook.store import Entry
 
@@ -32,6 +33,9 @@ ON_MISS = ("default", "tune", "skip", "error")
 ON_BUSY = ("default", "wait")
 #: Programs remembered per process (least recently used dropped first).
 CACHE_SIZE = 256
+#: Seconds a process waits at most for another one transforming the same program (then it
+#: transforms it itself).
+TRANSFORM_WAIT = 600.0
 
 
 # {{{ device and database
@@ -226,7 +230,11 @@ def transform_program(
     :arg cache: reuse the answer for a structurally equal program, device, options and
         code, while the database's choices for it are unchanged: from this process's
         memory, else from the persistent cache (:mod:`feinsum.hook.store`,
-        ``$FEINSUM_CACHE``); False: neither is read or written.
+        ``$FEINSUM_CACHE``); False: neither is read or written. With the persistent cache,
+        one process at a time transforms a given program (a lock file in the cache's
+        ``locks/``): the others wait for its entry (at most :data:`TRANSFORM_WAIT` seconds,
+        the report's ``timings["wait"]``), then transform it themselves if it left none
+        (with ``on_miss="tune"``, *on_busy* decides instead, per einsum).
     :arg schedule_all: give kernels without einsums the default schedule too.
     :arg run_once: the program runs once (arraycontext's ``freeze``): every kernel gets
         the default schedule only, no einsum is matched or transformed.
@@ -308,42 +316,81 @@ def _transform(t_unit: Any, device: Any, db: Any, opts: Options, recipe_path: An
 
     with clock("setup"):
         info, dev, vector_problem = _device(device)
-    if cache:
-        with clock("cache"):
-            key = entry_key(program_key(t_unit), repr(info), vector_problem,
-                            code_fingerprint(recipe_directories(recipe_path)), opts,
-                            str(recipe_path), schedule_all, run_once, _database_name(db))
-            found = _lookup(key, db, info, recipe_path)
-        if found is not None:
-            entry, where = found
-            return entry.t_unit, replace(entry.report, cached=True, cache=where,
-                                         seconds=time.perf_counter() - t0,
-                                         timings=clock.as_dict())
-        if cached_only:
-            return None
-    with clock("setup"):
-        from feinsum.hook.planning import Planner
-        from feinsum.hook.store import database_state
+    lock, waited = None, False
+    try:
+        if cache:
+            with clock("cache"):
+                key = entry_key(program_key(t_unit), repr(info), vector_problem,
+                                code_fingerprint(recipe_directories(recipe_path)), opts,
+                                str(recipe_path), schedule_all, run_once,
+                                _database_name(db))
+                found = _lookup(key, db, info, recipe_path)
+            if found is None and not cached_only and opts.on_miss != "tune":
+                # tuning has its own lock per einsum, and on_busy says whether to wait
+                lock, waited = _take_turn(key, clock)
+                found = _lookup(key, db, info, recipe_path) if waited else None
+            if found is not None:
+                entry, where = found
+                report = entry.report
+                if waited:
+                    wait = (f"waited {clock.seconds['wait']:.1f} s for another process "
+                            "transforming it")
+                    report = replace(report, note="; ".join(filter(None, (report.note, wait))))
+                return entry.t_unit, replace(report, cached=True, cache=where,
+                                             seconds=time.perf_counter() - t0,
+                                             timings=clock.as_dict())
+            if cached_only:
+                return None
+        with clock("setup"):
+            from feinsum.hook.planning import Planner
+            from feinsum.hook.store import database_state
 
-        state = database_state(db)  # before any decision: a record added meanwhile shows
-        planner = Planner(info, dev, db, opts, recipe_path, vector_problem, clock)
-    new, report = _transformed(t_unit, planner, schedule_all, run_once)
-    note = "" if vector_problem is None else (
-        f"the device cannot build vector code ({vector_problem}): scalar code only")
-    opened = planner.db if planner.revision is not None else None
-    report = replace(report, device=info.name,
-                     database=(opened.where if opened is not None
-                               else None if db is False else _database_name(db)),
-                     note="; ".join(n for n in (note, report.note) if n))
-    if cache:
-        with clock("cache"):
-            from feinsum.hook.store import open_cache, safely
+            state = database_state(db)  # before any decision: a record added since shows
+            planner = Planner(info, dev, db, opts, recipe_path, vector_problem, clock)
+        new, report = _transformed(t_unit, planner, schedule_all, run_once)
+        note = "" if vector_problem is None else (
+            f"the device cannot build vector code ({vector_problem}): scalar code only")
+        opened = planner.db if planner.revision is not None else None
+        report = replace(report, device=info.name,
+                         database=(opened.where if opened is not None
+                                   else None if db is False else _database_name(db)),
+                         note="; ".join(n for n in (note, report.note) if n))
+        if cache:
+            with clock("cache"):
+                from feinsum.hook.store import open_cache, safely
 
-            entry = Entry(new, report, state, planner.revision, tuple(planner.decisions),
-                          info)
-            _remember(key, entry)
-            safely(open_cache(), "put", key, entry)
-    return new, replace(report, seconds=time.perf_counter() - t0, timings=clock.as_dict())
+                entry = Entry(new, report, state, planner.revision, tuple(planner.decisions),
+                              info)
+                _remember(key, entry)
+                safely(open_cache(), "put", key, entry)
+        return new, replace(report, seconds=time.perf_counter() - t0, timings=clock.as_dict())
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _take_turn(key: str, clock: Clock) -> tuple[FileLock | None, bool]:
+    """The lock on transforming the program of *key* (None: there is no persistent cache,
+    the lock cannot be created, or another process kept it over :data:`TRANSFORM_WAIT`),
+    and whether another process held it (and this one waited for it)."""
+    from feinsum.hook.locks import FileLock
+    from feinsum.hook.store import open_cache, warn_once
+
+    store = open_cache()
+    if store is None:
+        return None, False
+    lock = FileLock(store.directory / "locks" / f"{key[:32]}.lock",
+                    f"transforming the program {key[:12]}")
+    try:
+        if lock.acquire():
+            return lock, False
+        with clock("wait"):
+            return (lock if lock.acquire(wait=True, timeout=TRANSFORM_WAIT) else None), True
+    except Exception as exc:  # a directory that cannot be written: transform unlocked
+        warn_once(f"lock {lock.path.parent}",
+                  f"feinsum's program cache: {exc}; each process transforms its programs "
+                  "without asking whether another one is transforming them")
+        return None, False
 
 
 def _transformed(original: Any, planner: Planner, schedule_all: bool, run_once: bool

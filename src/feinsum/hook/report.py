@@ -97,7 +97,8 @@ class HookWarning(UserWarning):
 
 
 #: The phases of :func:`feinsum.transform_program` that ``HookReport.timings`` times.
-PHASES = ("cache", "setup", "matching", "lookup", "transformation", "scheduling", "checks")
+PHASES = ("cache", "wait", "setup", "matching", "lookup", "transformation", "scheduling",
+          "checks")
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,8 @@ class HookReport:
     ``cached``: this answer came from one of the hook's caches, ``cache`` says which
     (``"memory"``: this process saw the program before; ``"disk"``: the persistent cache of
     transformed programs; None: transformed now). ``timings``: seconds per phase of this
-    call (:data:`PHASES`: looking up and writing the caches; opening the device, the
+    call (:data:`PHASES`: looking up and writing the caches; waiting for another process
+    transforming the same program (:func:`feinsum.transform_program`); opening the device, the
     database and the recipes; matching; database lookups; building and assembling the
     transformed einsums; the default schedule of the other statements; the whole-program
     check, loopy's linearization and code generation, which the call then reuses).

@@ -17,7 +17,9 @@ writes, one entry per key however many processes write it, safe for concurrent r
 and writers), in ``$FEINSUM_CACHE`` (a directory; ``none`` turns it off), else
 ``programs/`` in the user cache directory (platformdirs). It holds at most
 :data:`MAX_BYTES`: beyond, the oldest entries go. An entry that cannot be read (corrupt,
-or written by another version) is ignored, with one warning, and replaced.
+or written by another version) is ignored, with one warning, and replaced. While one process
+transforms a program, a lock file in ``locks/`` makes the others wait for its entry
+(:func:`feinsum.hook.program.transform_program`).
 """
 
 from __future__ import annotations
@@ -247,7 +249,8 @@ _WARNED: set[str] = set()
 _LOCK = threading.Lock()
 
 
-def _warn_once(what: str, text: str) -> None:
+def warn_once(what: str, text: str) -> None:
+    """One :class:`CacheWarning` *text* per process for each *what*."""
     with _LOCK:
         if what in _WARNED:
             return
@@ -280,14 +283,14 @@ class ProgramCache:
         except NoSuchEntryError:
             return None
         except Exception as exc:  # unpickling a damaged or foreign entry: anything goes
-            _warn_once(f"read {self.path} {key}",
-                       f"feinsum's program cache {self.path}: an entry cannot be read "
-                       f"({type(exc).__name__}: {exc}); it is ignored and will be replaced")
+            warn_once(f"read {self.path} {key}",
+                      f"feinsum's program cache {self.path}: an entry cannot be read "
+                      f"({type(exc).__name__}: {exc}); it is ignored and will be replaced")
             return None
         if not isinstance(value, Entry) or value.format != FORMAT:
-            _warn_once(f"foreign {self.path} {key}",
-                       f"feinsum's program cache {self.path}: an entry was not written by "
-                       "this version of feinsum; it is ignored and will be replaced")
+            warn_once(f"foreign {self.path} {key}",
+                      f"feinsum's program cache {self.path}: an entry was not written by "
+                      "this version of feinsum; it is ignored and will be replaced")
             return None
         return value
 
@@ -344,10 +347,10 @@ def open_cache(directory: Path | None = None) -> ProgramCache | None:
     try:
         cache: ProgramCache | None = ProgramCache(directory)
     except Exception as exc:  # a directory we cannot write, a damaged file
-        _warn_once(f"open {directory}",
-                   f"feinsum's program cache in {directory} cannot be opened "
-                   f"({type(exc).__name__}: {exc}): going on without it (set {ENV_VAR} to "
-                   "a writable directory, or to none)")
+        warn_once(f"open {directory}",
+                  f"feinsum's program cache in {directory} cannot be opened "
+                  f"({type(exc).__name__}: {exc}): going on without it (set {ENV_VAR} to "
+                  "a writable directory, or to none)")
         cache = None
     with _LOCK:
         _OPEN[directory] = cache
@@ -361,9 +364,9 @@ def safely(cache: ProgramCache | None, op: str, *args: Any) -> Any:
     try:
         return getattr(cache, op)(*args)
     except Exception as exc:  # SQLite errors, a full disk: the hook goes on without it
-        _warn_once(f"{op} {cache.directory}",
-                   f"feinsum's program cache {cache.path}: {op} failed "
-                   f"({type(exc).__name__}: {exc}); going on without it")
+        warn_once(f"{op} {cache.directory}",
+                  f"feinsum's program cache {cache.path}: {op} failed "
+                  f"({type(exc).__name__}: {exc}); going on without it")
         return None
 
 
