@@ -12,7 +12,7 @@ record's predicted and measured time, their ratio and the bounding resource, the
 spread, and per workload Spearman's rank correlation and the share of pairs in order.
 
 The script runs with the hash seed the timing workers generate code with
-(``PYTHONHASHSEED=0``, :data:`feinsum.timing.isolation.CODE_HASH_SEED`; it starts itself
+(``PYTHONHASHSEED=0``, :data:`feinsum.timing.hashseed.CODE_HASH_SEED`; it starts itself
 again with it if needed): loopy's code for some kernels depends on the seed, and the code
 predicted must be the code that was timed.
 
@@ -115,7 +115,7 @@ def _rst(rows: list[tuple[Any, Any, bool]], summary: Any, model: str) -> str:
 def main() -> None:
     import os
 
-    from feinsum.timing.isolation import CODE_HASH_SEED
+    from feinsum.timing.hashseed import CODE_HASH_SEED
 
     if os.environ.get("PYTHONHASHSEED") != CODE_HASH_SEED:
         env = {**os.environ, "PYTHONHASHSEED": CODE_HASH_SEED}

@@ -74,7 +74,7 @@ def fingerprints_under_code_seed() -> dict[str, str]:
     import subprocess
     import tempfile
 
-    from feinsum.timing.isolation import CODE_HASH_SEED
+    from feinsum.timing.hashseed import CODE_HASH_SEED
 
     if os.environ.get("PYTHONHASHSEED") == CODE_HASH_SEED:
         return fingerprints()

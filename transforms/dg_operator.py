@@ -10,7 +10,8 @@ gathered into private vectors, the contraction runs in one or two stages (``last
 operand contracted last, ``null``: all at once), each stage computing ``acc1``/``acc2``
 outputs at once with independent accumulators in one reduction loop, ``rows_per_pass``
 fields sharing every loop. The operator is read from global memory (cached) or staged
-in local memory (``local_operator``). ``lanes="index"`` (element-blocked data, e.g.
+in local memory (``local_operator``; ``staging``: by its first index, ``"rows"``, or one
+flat index over all the work-items, ``"flat"``, the GPU default). ``lanes="index"`` (element-blocked data, e.g.
 ``ij,bjl->bil``): the lanes are the output's last index ``l`` instead, operands read and
 written as whole vectors (``vec`` must then equal its length). See
 :mod:`feinsum.toolbox.dense`.
@@ -25,6 +26,7 @@ from feinsum.toolbox import dense as td
 
 VEC = (1, 2, 4, 8, 16)
 UNROLL = (1, 4, 16, 64)
+STAGING = td.STAGING
 #: Work-items of a default work-group on CPUs (PoCL: few, each with wide vectors).
 CPU_WORK_ITEMS = 4
 
@@ -70,6 +72,7 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
         "acc1": rc.IntRange(1, 16), "acc2": rc.IntRange(1, 16),
         "rows_per_pass": rc.IntRange(1, e.nrows), "unroll": rc.Choice(UNROLL),
         "local_operator": rc.Boolean(), "fast_math": rc.Boolean(),
+        "staging": rc.Choice(STAGING),
     }
     cons = [
         rc.at_most("work_group_size", lambda p: p["work_items"], maxwg,
@@ -115,6 +118,7 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
            "work_items": CPU_WORK_ITEMS if device.is_cpu else device.default_work_items,
            "acc1": accs[0], "acc2": accs[1] if len(accs) > 1 else 1, "rows_per_pass": 1,
            "unroll": 4, "local_operator": not device.is_cpu, "fast_math": False,
+           "staging": "rows" if device.is_cpu else "flat",
            "lanes": "index" if lane else "elements"}
     if lane:
         cfg["vec"] = int(e.lengths[lane])
@@ -135,12 +139,12 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     return td.element_kernel(
         t_unit, e, stages, vec=p["vec"], work_items=p["work_items"],
         acc=[p["acc1"], p["acc2"]], rows_per_pass=p["rows_per_pass"], unroll=p["unroll"],
-        local_operator=p["local_operator"], flat_copy=not device.is_cpu)
+        local_operator=p["local_operator"], flat_copy=p["staging"] == "flat")
 
 
 RECIPE = rc.Recipe(
     "dg_operator", applies=_applies, space=_space,
-    default=_default, apply=_apply,
+    default=_default, apply=_apply, upgrade=td.staging_upgrade,
     description="Element-batched small operators (DG): elements as vector lanes, "
     "multi-stage contraction with independent accumulators, fields sharing loops.",
 )

@@ -7,7 +7,9 @@ the output's last, contiguous index is the vector lane (padded to whole vectors)
 operator is staged transposed in local memory once per work-group, the element operands
 are broadcast scalars, each work-item computes ``elements`` elements at once, ``blocks``
 times, and writes whole output rows with ``vstoreN``. ``last`` picks the contraction
-plan (the operand contracted last). See :mod:`feinsum.toolbox.transposed`.
+plan (the operand contracted last); ``staging`` how the operator is copied into local
+memory (``"rows"``: by its first index; ``"flat"``: one flat index over all the
+work-items, the GPU default). See :mod:`feinsum.toolbox.transposed`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from feinsum.toolbox import dense as td
 from feinsum.toolbox import transposed as tt
 
 VEC = (1, 2, 4, 8, 16)
+STAGING = td.STAGING
 #: Default work-items and row blocks per work-item on CPUs (PoCL: one item, many blocks).
 CPU_WORK_ITEMS, CPU_BLOCKS = 1, 128
 
@@ -72,7 +75,7 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
         {"last": rc.Choice(_lasts(e)), "vec": rc.Choice(_vecs(e, device)),
          "work_items": rc.PowersOfTwo(1, min(256, maxwg)), "elements": rc.IntRange(1, 4),
          "blocks": rc.PowersOfTwo(1, 512), "unroll": rc.Choice([1, 4, 16, 64]),
-         "fast_math": rc.Boolean()},
+         "fast_math": rc.Boolean(), "staging": rc.Choice(STAGING)},
         [rc.at_most("work_group_size", lambda p: p["work_items"], maxwg,
                     "work_items <= max_work_group_size"),
          rc.at_most("registers", lambda p: _registers(e, p["vec"], p["elements"], native),
@@ -102,7 +105,7 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     cfg = {"last": last, "vec": vec,
            "work_items": CPU_WORK_ITEMS if device.is_cpu else device.default_work_items,
            "elements": 2, "blocks": CPU_BLOCKS if device.is_cpu else 1, "unroll": 4,
-           "fast_math": False}
+           "fast_math": False, "staging": "rows" if device.is_cpu else "flat"}
     while not _space(e, device).is_valid(cfg) and cfg["elements"] > 1:
         cfg["elements"] -= 1
     return cfg
@@ -113,11 +116,12 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     return tt.transposed_kernel(
         t_unit, e, td.element_stages(e, p["last"]), vec=p["vec"],
         work_items=p["work_items"], elements=p["elements"], blocks=p["blocks"],
-        unroll=p["unroll"], flat_copy=not device.is_cpu)
+        unroll=p["unroll"], flat_copy=p["staging"] == "flat")
 
 
 RECIPE = rc.Recipe(
     "dg_transposed", applies=_applies, space=_space, default=_default, apply=_apply,
+    upgrade=td.staging_upgrade,
     description="Element-batched small operators (DG) in plain layouts: output rows as "
     "vector lanes, operator staged transposed in local memory, whole-row vector stores.",
 )

@@ -73,6 +73,27 @@ class MeasuredConfiguration:
         return predict(t_unit, model, self.lengths, roofline_seconds=roof), same
 
 
+def check_records(records: Sequence[MeasuredConfiguration], model: str
+                  ) -> list[tuple[Prediction, bool]]:
+    """:meth:`MeasuredConfiguration.check` of each record, its code generated with the hash
+    seed the timing workers generate code with (in a process of that seed: loopy's code
+    for some kernels depends on it, and another seed can make a record's code differ from
+    the code measured)."""
+    from feinsum.timing.hashseed import has_code_seed, seeded_pool
+
+    if has_code_seed():
+        return [r.check(model) for r in records]
+    return list(seeded_pool(1).map(_check, records, [model] * len(records)))
+
+
+def _check(record: MeasuredConfiguration, model: str) -> tuple[Prediction, bool]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return record.check(model)
+
+
 def _ranks(xs: Sequence[float]) -> list[float]:
     order = sorted(range(len(xs)), key=lambda i: xs[i])
     ranks = [0.0] * len(xs)

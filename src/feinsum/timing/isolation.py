@@ -45,6 +45,7 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
 
 from feinsum.errors import TuningError
+from feinsum.timing.hashseed import CODE_HASH_SEED
 from feinsum.timing.measurement import (
     Candidate,
     CandidateFailure,
@@ -132,10 +133,6 @@ def worker_main(fd: int) -> None:
 
 
 # {{{ the parent side
-
-
-#: The hash seed of every process that generates code to time or to fingerprint.
-CODE_HASH_SEED = "0"
 
 
 @dataclass

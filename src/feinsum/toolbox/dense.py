@@ -53,6 +53,17 @@ from feinsum.toolbox.core import kernel_of
 SHORT_LIMIT = 128
 #: Lengths a lane index may have (OpenCL vector widths, 3 excepted).
 LANE_WIDTHS = (2, 4, 8, 16)
+#: How element-independent operands are staged in local memory: ``"rows"``, spread over
+#: the work-items by their first index (CPUs, where a work-group's items run in turn);
+#: ``"flat"``, one flat index over all their entries split over the work-items, so that
+#: consecutive work-items read consecutive addresses (GPUs).
+STAGING = ("rows", "flat")
+
+
+def staging_upgrade(params: dict[str, Any]) -> dict[str, Any]:
+    """A configuration recorded before ``staging`` was a parameter: it staged by rows on
+    every device."""
+    return params if "staging" in params else {**params, "staging": "rows"}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import contextlib
 import hashlib
 import multiprocessing
 import os
@@ -195,24 +194,10 @@ def _in_workers(jobs: Mapping[tuple[str, ...], _Job], workers: int
     run one process each, and the one that dies again gets that as its error."""
     ctx = multiprocessing.get_context("spawn")
     left = dict(jobs)
-    with _hash_seed():
+    from feinsum.timing.hashseed import code_hash_seed
+
+    with code_hash_seed():
         yield from _pooled(ctx, left, workers)
-
-
-@contextlib.contextmanager
-def _hash_seed() -> Iterator[None]:
-    """Processes spawned meanwhile run with :data:`feinsum.timing.isolation.CODE_HASH_SEED`."""
-    from feinsum.timing.isolation import CODE_HASH_SEED
-
-    before = os.environ.get("PYTHONHASHSEED")
-    os.environ["PYTHONHASHSEED"] = CODE_HASH_SEED
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("PYTHONHASHSEED", None)
-        else:
-            os.environ["PYTHONHASHSEED"] = before
 
 
 def _pooled(ctx: Any, left: dict[tuple[str, ...], _Job], workers: int

@@ -8,7 +8,7 @@ predicted by then, or cannot be, follows in its random order). The budget is the
 the best-predicted first; when the pool is spent, random configurations follow.
 
 The predictions run in a pool of spawned processes (the tuner's ``workers``) with the hash
-seed the timing workers generate code with (:data:`feinsum.timing.isolation.CODE_HASH_SEED`:
+seed the timing workers generate code with (:data:`feinsum.timing.hashseed.CODE_HASH_SEED`:
 loopy's code for some kernels depends on it), so the code predicted is the code timed.
 """
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -149,30 +148,8 @@ def _predict_job(name: str, source: str, version: str, spec_json: dict[str, Any]
     return _predict_here(recipe, spec_from_json(spec_json), device, lengths, config)
 
 
-_EXECUTORS: dict[int, concurrent.futures.ProcessPoolExecutor] = {}
-
-
 def _executor(workers: int) -> concurrent.futures.ProcessPoolExecutor:
-    """A pool of *workers* spawned processes with the timing workers' hash seed (kept for
-    the process's lifetime: the next tuning run reuses it warm)."""
-    if workers not in _EXECUTORS:
-        import atexit
-        import multiprocessing
+    """A pool of *workers* spawned processes with the timing workers' hash seed."""
+    from feinsum.timing.hashseed import seeded_pool
 
-        from feinsum.timing.isolation import CODE_HASH_SEED
-
-        before = os.environ.get("PYTHONHASHSEED")
-        os.environ["PYTHONHASHSEED"] = CODE_HASH_SEED  # read by the processes it spawns
-        try:
-            pool = concurrent.futures.ProcessPoolExecutor(
-                workers, mp_context=multiprocessing.get_context("spawn"))
-            # every process started now, under this seed (they are spawned on demand)
-            concurrent.futures.wait([pool.submit(time.sleep, 0.5) for _ in range(workers)])
-        finally:
-            if before is None:
-                os.environ.pop("PYTHONHASHSEED", None)
-            else:
-                os.environ["PYTHONHASHSEED"] = before
-        _EXECUTORS[workers] = pool
-        atexit.register(pool.shutdown, wait=False, cancel_futures=True)
-    return _EXECUTORS[workers]
+    return seeded_pool(workers)
