@@ -15,6 +15,10 @@ to the next, so each way runs ``--cold`` times (each in fresh caches, followed b
 of the ``--warm`` processes), plain and feinsum alternating which goes first, and the
 table shows medians.
 
+*hook* is the hook's own part of the first call (its report's ``seconds``: what feinsum
+adds to the call, measured inside the process, free of the variation between processes;
+for a program made in the background, the context's decision to do so).
+
 *The first call* is the time from compiling the program (``actx.compile``; ``actx.einsum``
 for the eager cases) to its result on the host (``actx.to_numpy``), after the imports and
 the transfer of the inputs to the device; every result is checked against numpy.
@@ -122,7 +126,7 @@ def child(name: str, feinsum: bool, elements: int) -> dict[str, Any]:
     kind = PROGRAMS[name][0]
     queue = cl.CommandQueue(cl.create_some_context(interactive=False))
     rng = np.random.default_rng(0)
-    report = None
+    report = first_report = None
     switched: float | None = None
     if kind in ("cases", "dg", "freeze"):
         import arraycontext_cases as cases
@@ -160,6 +164,7 @@ def child(name: str, feinsum: bool, elements: int) -> dict[str, Any]:
                 out = actx.to_numpy(compiled(**dev))
             seconds = time.perf_counter() - t0
             report = getattr(actx, "feinsum_last_report", None)
+            first_report = report
             if report is not None and report.mode == "background":
                 switched = _until_switched(actx, lambda: compiled(**dev), ref, t0)
                 report = actx.feinsum_last_report
@@ -183,13 +188,15 @@ def child(name: str, feinsum: bool, elements: int) -> dict[str, Any]:
                 out = actx.to_numpy(actx.compile(
                     lambda *a: actx.einsum(spec, *a))(*dev_list))
             seconds = time.perf_counter() - t0
-        report = getattr(actx, "feinsum_last_report", None)
+        report = first_report = getattr(actx, "feinsum_last_report", None)
     err = _rel(out, ref)
     if err > 1e-8:
         raise SystemExit(f"{name}: relative error {err:.1e} against numpy")
     facts: dict[str, Any] = {"seconds": seconds, "error": err}
     if switched is not None:
         facts["switched"] = switched
+    if first_report is not None:  # the hook's own part of the first call
+        facts["hook"] = first_report.seconds
     if report is not None:
         facts.update(cached=report.cached, groups=len(report.groups),
                      transformed=report.transformed, mode=report.mode,
@@ -356,9 +363,10 @@ def _ratio(a: dict[str, Any], b: dict[str, Any]) -> str:
 def _print_row(name: str, res: dict[str, Any], header: bool) -> None:
     if header:
         print(f"\n{'program':18s} {'plain':>8s} {'feinsum':>8s} {'ratio':>6s} "
-              f"{'fast':>8s} | {'plain':>8s} {'feinsum':>8s} {'ratio':>6s} | hook (cold)")
+              f"{'fast':>8s} | {'plain':>8s} {'feinsum':>8s} {'ratio':>6s} | {'hook':>6s} "
+              f"{'hook':>6s} | hook's phases, cold (s)")
         print(f"{'':18s} {'cold':>8s} {'cold':>8s} {'':6s} {'from':>8s} | {'warm':>8s} "
-              f"{'warm':>8s}")
+              f"{'warm':>8s} {'':6s} | {'cold':>6s} {'warm':>6s} (ms)")
     fc, fw = res["feinsum cold"], res["feinsum warm"]
     hook = ""
     if fc.get("seconds") is not None:
@@ -372,7 +380,13 @@ def _print_row(name: str, res: dict[str, Any], header: bool) -> None:
     after = f"{fc['switched']:8.2f}" if fc.get("switched") is not None else f"{'-':>8s}"
     print(f"{name:18s} {_cell(res['plain cold'])} {_cell(fc)} "
           f"{_ratio(fc, res['plain cold'])} {after} | {_cell(res['plain warm'])} "
-          f"{_cell(fw)} {_ratio(fw, res['plain warm'])} | {hook}", flush=True)
+          f"{_cell(fw)} {_ratio(fw, res['plain warm'])} | {_ms(fc)} {_ms(fw)} | {hook}",
+          flush=True)
+
+
+def _ms(r: dict[str, Any]) -> str:
+    """The hook's own part of a first call, in milliseconds."""
+    return f"{1e3 * r['hook']:6.1f}" if r.get("hook") is not None else f"{'-':>6s}"
 
 
 # }}}
