@@ -11,10 +11,10 @@ operand contracted last, ``null``: all at once), each stage computing ``acc1``/`
 outputs at once with independent accumulators in one reduction loop, ``rows_per_pass``
 fields sharing every loop. The operator is read from global memory (cached) or staged
 in local memory (``local_operator``; ``staging``: by its first index, ``"rows"``, or one
-flat index over all the work-items, ``"flat"``, the GPU default). ``lanes="index"`` (element-blocked data, e.g.
-``ij,bjl->bil``): the lanes are the output's last index ``l`` instead, operands read and
-written as whole vectors (``vec`` must then equal its length). See
-:mod:`feinsum.toolbox.dense`.
+flat index over all the work-items, ``"flat"``, the GPU default). ``lanes="index"``
+(element-blocked data, e.g. ``ij,bjl->bil``): the lanes are the output's last index ``l``
+instead, operands read and written as whole vectors (``vec`` must then equal its
+length). See :mod:`feinsum.toolbox.dense`.
 """
 
 from __future__ import annotations
