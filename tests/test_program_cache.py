@@ -309,14 +309,26 @@ def test_cli_info_and_clear(store: Path, cl_device: Any,
                             capsys: pytest.CaptureFixture[str]) -> None:
     from feinsum.cli.main import main
     from feinsum.hook import transform_program
+    from feinsum.hook.locks import FileLock
 
     transform_program(mass_kernel(), device=cl_device, db=False)
     assert main(["cache", "info", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["entries"] == 1 and info["bytes"] > 0 and info["directory"] == str(store)
-    assert main(["cache", "clear"]) == 0
-    assert "removed 1 transformed program" in capsys.readouterr().out
+    (unheld,) = (store / "locks").glob("*.lock")  # the transformation's lock, released
+    held = FileLock(store / "locks" / "other.lock", "a transformation in progress")
+    assert held.acquire()
+    try:
+        assert main(["cache", "clear"]) == 0
+        out = capsys.readouterr().out
+        assert "removed 1 transformed program" in out and "1 lock files; 1 held" in out
+        assert not unheld.exists() and held.path.exists()
+    finally:
+        held.release()
     assert entries(store) == 0
+    assert main(["cache", "clear", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["removed"], info["locks_removed"], info["locks_held"]) == (0, 1, 0)
     os.environ["FEINSUM_CACHE"] = "none"
     try:
         assert main(["cache", "info"]) == 1

@@ -228,3 +228,31 @@ def test_no_persistent_cache_no_lock(monkeypatch: pytest.MonkeyPatch, work: Path
         _, rep = transform_program(mass_kernel(), device=cl_device, db=False)
         assert rep.transformed == 1 and not rep.cached
     assert not [w for w in caught if issubclass(w.category, HookWarning)]
+
+
+def test_a_lock_removed_before_its_flock_is_taken_afresh(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `feinsum cache clear` removes the file between this process's open and its flock:
+    # the flock on the removed file would exclude nobody, so acquire takes a new file
+    import feinsum.hook.locks as hl
+
+    path = tmp_path / "locks" / "key.lock"
+    real_open, opened = os.open, []
+
+    def open_then_cleared(p: Any, *args: Any) -> int:
+        fd = real_open(p, *args)
+        if Path(p) == path and not opened:
+            opened.append(fd)
+            assert hl.remove_unheld(path.parent) == (1, 0)
+        return fd
+
+    monkeypatch.setattr(hl.os, "open", open_then_cleared)
+    lock = hl.FileLock(path, "test")
+    assert lock.acquire() and opened
+    monkeypatch.undo()
+    assert path.exists() and hl.remove_unheld(path.parent) == (0, 1)
+    other = hl.FileLock(path, "another process")
+    assert not other.acquire()
+    lock.release()
+    assert other.acquire()
+    other.release()

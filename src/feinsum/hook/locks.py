@@ -81,6 +81,14 @@ class FileLock:
                     return False
                 time.sleep(poll)
                 continue
+            if not _still_linked(fd, self.path):
+                # remove_unheld took the file away between our open and flock: start over
+                os.close(fd)
+                try:
+                    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+                except OSError as exc:
+                    raise self._cannot_create(exc) from exc
+                continue
             self._fd = fd
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
@@ -106,6 +114,45 @@ class FileLock:
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.release()
+
+
+def _still_linked(fd: int, path: Path) -> bool:
+    """Whether *path* still names the file open as *fd*."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def remove_unheld(directory: str | os.PathLike[str]) -> tuple[int, int]:
+    """Delete the lock files (``*.lock``) in *directory* that no process holds; returns how
+    many were removed and how many are held. A process about to take a removed lock notices
+    and takes a fresh file (:meth:`FileLock.acquire`)."""
+    import fcntl
+
+    removed = held = 0
+    for path in sorted(Path(directory).glob("*.lock")):
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held += 1
+                continue
+            if _still_linked(fd, path):
+                try:
+                    path.unlink()
+                except OSError:
+                    continue
+                removed += 1
+        finally:
+            os.close(fd)
+    return removed, held
 
 
 class TuningLock(FileLock):
