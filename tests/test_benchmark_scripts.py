@@ -134,3 +134,36 @@ def test_peer_bounds() -> None:
     assert time.monotonic() - t0 < 3
     r = gp.measure_peer("raises", lambda a: (lambda: 1 / 0), spec, {"M": 100, "N": 64}, 1.0)
     assert r.seconds is None and r.how.startswith("failed: ZeroDivisionError"), r
+
+
+def test_gpu_session_runs_bench_gpu_into_its_folder(tmp_path: Path) -> None:
+    """The prepared device command: the devices, bench_gpu's rows and table, the database
+    and its records as JSON lines, under OUT/LABEL."""
+    env = {**os.environ, "FEINSUM_DB": str(tmp_path / "feinsum.sqlite"),
+           "FEINSUM_CACHE_DIR": str(tmp_path / "cache"), "PYTHON": sys.executable,
+           "OUT": str(tmp_path / "out")}
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "first",
+                           "--quick", "--budget", "1", "--no-peers", "--only", "local"],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    dest = tmp_path / "out" / "first"
+    assert "local" in (dest / "table.md").read_text()
+    assert "OpenCL devices" in (dest / "devices.txt").read_text()
+    lines = [json.loads(x) for x in (dest / "records.jsonl").read_text().splitlines()]
+    assert lines[0]["format"] == "feinsum-timings"
+    assert any(r.get("recipe") == "contraction" for r in lines), lines
+    assert "exited 0" in (dest / "session.log").read_text()
+
+
+def test_gpu_session_without_dependencies_says_what_to_carry(tmp_path: Path) -> None:
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(fake), "OUT": str(tmp_path / "out"),
+           "FEINSUM_GPU_CARRY": str(tmp_path / "empty")}
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "first"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2 and "gpu_carry.sh" in proc.stdout, proc.stdout + proc.stderr
+    bad = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "../x"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert bad.returncode == 2 and "LABEL" in bad.stderr

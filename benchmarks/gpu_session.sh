@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The prepared command for a lent GPU machine (no network; see ../shared/gpu/README.md):
+#
+#   bash benchmarks/gpu_session.sh LABEL [bench_gpu.py arguments ...]
+#
+# run from the checkout's root, with the wheels of benchmarks/gpu_carry.sh in .gpu/. It makes
+# NVIDIA's OpenCL library visible (an ICD file where the driver installed none), installs the
+# wheels into $HOME/site unless feinsum's dependencies already import, lists the devices, and
+# runs benchmarks/bench_gpu.py (default --budget 8) into $OUT/LABEL/ (OUT: the device tool's
+# result folder, else ./gpu-out): rows.jsonl and table.md as each workload completes, the
+# database, its records as JSON lines (LABEL/records.jsonl, for db/) and the whole log.
+# PYTHON picks the interpreter (default python3), FEINSUM_GPU_CARRY the wheels' folder
+# (default .gpu).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LABEL=${1:?usage: gpu_session.sh LABEL [bench_gpu.py arguments ...]}
+shift
+case "$LABEL" in
+    */*|.*|"") echo "gpu_session: LABEL names a folder under \$OUT: no '/', no leading '.'" >&2
+               exit 2 ;;
+esac
+PY=${PYTHON:-python3}
+DEST=${OUT:-$PWD/gpu-out}/$LABEL
+mkdir -p "$DEST"
+LOG=$DEST/session.log
+say() { echo "[gpu_session $(date +%T)] $*" | tee -a "$LOG"; }
+
+# pip's pyopencl reads the ICD files of OCL_ICD_VENDORS; NVIDIA's driver may have installed
+# its OpenCL library without one: then a private vendors folder names it
+NV=$(ls /usr/lib/libnvidia-opencl.so.1 /usr/lib/x86_64-linux-gnu/libnvidia-opencl.so.1 \
+     2>/dev/null | head -n1)
+if [ -z "${OCL_ICD_VENDORS:-}" ]; then
+    if [ -z "$NV" ] || grep -qs nvidia-opencl /etc/OpenCL/vendors/*.icd; then
+        [ -d /etc/OpenCL/vendors ] && export OCL_ICD_VENDORS=/etc/OpenCL/vendors
+    else
+        ICDS=$DEST/icd
+        mkdir -p "$ICDS" && cp /etc/OpenCL/vendors/*.icd "$ICDS/" 2>/dev/null
+        echo "$NV" > "$ICDS/nvidia.icd"
+        export OCL_ICD_VENDORS=$ICDS
+        say "NVIDIA's OpenCL library $NV had no ICD file: OCL_ICD_VENDORS=$ICDS"
+    fi
+fi
+
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+WHEELS=${FEINSUM_GPU_CARRY:-.gpu}
+if ! "$PY" -c "import loopy, pyopencl, sqlalchemy, optuna" 2>/dev/null; then
+    if ! compgen -G "$WHEELS/*.whl" > /dev/null; then
+        say "feinsum's dependencies do not import with $PY and $WHEELS/ has no wheels: run" \
+            "benchmarks/gpu_carry.sh before the session and carry .gpu"
+        exit 2
+    fi
+    SITE=$HOME/site
+    say "installing $(ls "$WHEELS"/*.whl | wc -l) wheels into $SITE"
+    "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "$WHEELS"/*.whl >> "$LOG" 2>&1 \
+        || { say "pip could not install the wheels (the log above says why)"; exit 2; }
+    export PYTHONPATH=$SITE:$PYTHONPATH
+fi
+
+"$PY" -m feinsum.cli devices 2>&1 | tee "$DEST/devices.txt" >> "$LOG"
+say "bench_gpu.py --out $DEST $*"
+"$PY" benchmarks/bench_gpu.py --out "$DEST" "$@" 2>&1 | tee -a "$LOG"
+rc=${PIPESTATUS[0]}
+if [ -f "$DEST/bench-gpu.sqlite" ]; then
+    "$PY" -m feinsum.cli db export --db "$DEST/bench-gpu.sqlite" "$DEST/records.jsonl" \
+        >> "$LOG" 2>&1 || say "could not export the records (the database stays)"
+fi
+say "bench_gpu.py exited $rc; results in $DEST"
+exit "$rc"
