@@ -271,3 +271,55 @@ def test_few_rows_block_limits() -> None:
     assert r.default(line, dev)["R"] == 32  # 48 rows' values fit, K = 128: 2 blocks of 32
     with pytest.raises(feinsum.InvalidConfigurationError, match="R <= K"):
         r.space(line, dev).validate({**r.default(line, dev), "K": 32, "R": 40})
+
+
+#: tiled_1d with a NaN term carried as -1 (min/argmin of squared distances): the classic
+#: kernel, and the GPU default's shape (several rows, unrolled, peeled, packed)
+CLAMPED = {"classic": {**T1D, "clamp_nan": True},
+           "gpu": {**T1D, "K": 32, "rows": 4, "unroll": 16, "peel": True, "pack": True,
+                   "math": "native_exp2", "clamp_nan": True}}
+
+
+@pytest.mark.parametrize("config", sorted(CLAMPED))
+@pytest.mark.parametrize("kind", ["min", "argmin"])
+def test_nan_carried_as_minus_one(config, kind, cl_context, cl_queue, rng):  # type: ignore[no-untyped-def]
+    """Ties (integer points), NaN i- and j-points (the first NaN's index wins), all
+    distances infinite, float32 and float64: as feinsum.evaluate with the NaN tests."""
+    params = CLAMPED[config]
+    check("tiled_1d", params, kind, np.float32, cl_context, cl_queue, rng)
+    if config == "classic":
+        check("tiled_1d", params, kind, np.float64, cl_context, cl_queue, rng)
+    ex, e = executor("tiled_1d", tuple(sorted(params.items())), kind, "float32", cl_context)
+    for m, n in [(53, 71), (37, 300)]:
+        check_special_values(ex, e, kind, m, n, 3, 20, cl_queue, rng)
+    arrays = make_arrays(e, 40, 90, rng)
+    arrays["y"][:] = np.inf
+    arrays["y"][50, 2] = np.nan
+    _, got = ex(cl_queue, **arrays)
+    for key, want in feinsum.evaluate(e, arrays).items():
+        np.testing.assert_array_equal(got[key], want, err_msg=key)
+
+
+def test_clamp_nan_only_where_terms_are_never_negative(cl_context) -> None:  # type: ignore[no-untyped-def]
+    from feinsum.devices.models import MODELS
+    from feinsum.devices.opencl import device_info
+    from feinsum.errors import FeinsumError
+    from feinsum.reductions.analysis import nonnegative
+
+    r, gpu = recipe("tiled_1d"), MODELS["h200"].info
+    cpu = device_info(cl_context.devices[0])
+    nearest, gauss = make_spec("argmin", np.float32), make_spec("sum", np.float32)
+    assert r.default(nearest, gpu)["clamp_nan"] and not r.default(nearest, cpu)["clamp_nan"]
+    assert not r.default(gauss, gpu)["clamp_nan"]
+    signed = kernel_reduction("-sqdist(x, y)", i_vars={"x": 3}, j_vars={"y": 3},
+                              reduction="argmin", dtype=np.float32)
+    assert not r.default(signed, gpu)["clamp_nan"]
+    with pytest.raises(FeinsumError, match="clamp_nan"):
+        r.apply(feinsum.generate_loopy(gauss), {**r.default(gauss, gpu), "clamp_nan": True},
+                gauss, gpu)
+    # a configuration recorded before the option generates the code it ran (NaN tests)
+    old = {k: v for k, v in r.default(nearest, gpu).items() if k != "clamp_nan"}
+    assert r.check(old, nearest, gpu)["clamp_nan"] is False
+    x = __import__("pymbolic").primitives.Variable("x")
+    assert nonnegative(x * x) and nonnegative(x**2 + 3) and not nonnegative(x * x - 1)
+    assert not nonnegative(x) and not nonnegative(-1 * x * x)

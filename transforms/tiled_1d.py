@@ -8,7 +8,10 @@ accumulators of its rows, a barrier (:mod:`feinsum.reductions.row_tiles`). GPU o
 ``peel`` the last tile (no bounds check in the main tile loop), ``unroll`` the in-tile
 loop, ``pack`` each j-point into one vector of local memory (one wide load), ``rows`` per
 work-item (a j-point read serves several pairs), ``math`` the ``exp``/``log`` flavour
-(``native``, or ``exp2`` with the constant folded). Nothing of size ``M x N`` is stored.
+(``native``, or ``exp2`` with the constant folded), ``clamp_nan`` (a min/argmin over terms
+never negative, such as squared distances: a NaN term carried as -1, one ``fmax`` and one
+``fmin`` per pair instead of NaN tests; GPUs only by default, PoCL's ``fmin``/``fmax`` are
+slower than its selects). Nothing of size ``M x N`` is stored.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ def _space(e: Any, device: Any) -> ParameterSpace:
         K=PowersOfTwo(16, 1024), rows=Choice([1, 2, 4, 8]), unroll=PowersOfTwo(1, 256),
         peel=Boolean(), pack=Boolean(), math=Choice(list(MATH_MODES)),
         denorms_are_zero=Boolean(),
+        clamp_nan=Boolean() if ka.clamps_nan(form) else Choice([False]),
         constraints=[
             at_most("work_group", lambda p: p["K"], device.max_work_group_size,
                     "K <= max_work_group_size"),
@@ -83,7 +87,8 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     single = not isinstance(form, str) and form.dtype.itemsize == 4
     if device.is_cpu:
         return {"K": min(CPU_TILE, device.max_work_group_size), "rows": 1, "unroll": 1,
-                "peel": False, "pack": False, "math": "accurate", "denorms_are_zero": single}
+                "peel": False, "pack": False, "math": "accurate", "denorms_are_zero": single,
+                "clamp_nan": False}
     k = min(GPU_TILE, device.max_work_group_size)
     rows = GPU_ROWS
     if not isinstance(form, str):
@@ -91,7 +96,8 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
             rows //= 2
     return {"K": k, "rows": rows, "unroll": min(k, GPU_UNROLLED // rows), "peel": True,
             "pack": not isinstance(form, str) and rt.pack_width(form) is not None,
-            "math": rt.default_math(form, device), "denorms_are_zero": single}
+            "math": rt.default_math(form, device), "denorms_are_zero": single,
+            "clamp_nan": ka.clamps_nan(form)}
 
 
 def _apply(t_unit: lp.TranslationUnit, params: dict[str, Any], e: Any, device: Any
@@ -99,16 +105,17 @@ def _apply(t_unit: lp.TranslationUnit, params: dict[str, Any], e: Any, device: A
     """Rows in private registers, j-variables in local-memory tiles of K: GpuConv1D."""
     return rt.tiled_kernel(e, rt.Tiling(
         K=params["K"], rows=params["rows"], unroll=params["unroll"], peel=params["peel"],
-        pack=params["pack"], math=params["math"]))
+        pack=params["pack"], math=params["math"], clamp_nan=params["clamp_nan"]))
 
 
 def _upgrade(params: dict[str, Any]) -> dict[str, Any]:
     """A configuration of before the GPU options (``K``, ``unroll`` a boolean,
-    ``denorms_are_zero``) as the plain kernel it generated."""
-    if "rows" in params or not isinstance(params.get("unroll"), bool):
-        return params
-    return {**params, "rows": 1, "unroll": params.get("K") if params["unroll"] else 1,
-            "peel": False, "pack": False, "math": "accurate"}
+    ``denorms_are_zero``) as the plain kernel it generated; one of before ``clamp_nan``
+    with the NaN tests it generated."""
+    if "rows" not in params and isinstance(params.get("unroll"), bool):
+        params = {**params, "rows": 1, "unroll": params.get("K") if params["unroll"] else 1,
+                  "peel": False, "pack": False, "math": "accurate"}
+    return params if "clamp_nan" in params else {**params, "clamp_nan": False}
 
 
 RECIPE = Recipe("tiled_1d", applies=_applies, space=_space, default=_default, apply=_apply,

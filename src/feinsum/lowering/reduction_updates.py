@@ -5,7 +5,8 @@ and the block-sparse reference lowering (:mod:`feinsum.reductions.block_sparse`)
 time into accumulators they declare themselves:
 
 * :class:`Updater` emits the online update of each reduction kind as explicit loopy
-  statements (``if(cond, a, b)`` selects, no ``fmin``/``fmax``), which stay valid when
+  statements (``if(cond, a, b)`` selects; ``fmin``/``fmax`` only where NaN is carried as
+  -1, :attr:`Updater.nonnegative`), which stay valid when
   the accumulators are OpenCL vectors: ``sum``; ``min``/``max`` (NaN propagates);
   ``argmin``/``argmax`` (ties to the smallest index, NaN wins at its first index);
   ``logsumexp`` as a (max, scaled sum) pair with one ``exp`` per term;
@@ -222,6 +223,18 @@ class Updater:
     #: the accumulators are scalars: in-order updates may use logical operators, and take
     #: fewer comparisons and selects (no nested selects a compiler turns into branches)
     scalar: bool = False
+    #: every term is >= 0 or NaN (a sum of squares, ...): min and argmin then carry a NaN
+    #: term as -1 (``fmax(v, -1)``, below every other term, so that the first NaN wins by
+    #: the comparison alone: no NaN tests per term; ``fmin`` keeps the minimum: one
+    #: instruction each on GPUs, slower than selects in PoCL), :meth:`result` turns -1
+    #: back into NaN; terms in index order, no :meth:`combine`
+    nonnegative: bool = False
+
+    @property
+    def clamps_nan(self) -> bool:
+        """Whether NaN terms are carried as -1 (see :attr:`nonnegative`)."""
+        return (self.nonnegative and self.kind in ("min", "argmin")
+                and self.dtype.kind == "f")
 
     @property
     def index_dtype(self) -> np.dtype[Any]:
@@ -257,6 +270,10 @@ class Updater:
         k = self.kind
         if k == "sum":
             return [(acc, prim.Sum((acc, value)))]
+        if self.clamps_nan:
+            if not ordered:
+                raise ValueError("NaN carried as -1 needs the terms in index order")
+            return self._clamped_update(acc, aux, value, index)
         if self.scalar and ordered and k in ("min", "max", *INDEX_REDUCTIONS):
             # take the term when it beats acc or is NaN, unless acc is NaN already (the
             # first NaN wins): !(v >= acc) && acc == acc, for min
@@ -325,6 +342,15 @@ class Updater:
             ]
         raise ValueError(f"unknown reduction {k!r}")
 
+    def _clamped_update(self, acc: Any, aux: Any, value: Any, index: Any
+                        ) -> list[tuple[Any, Any]]:
+        # a NaN term is -1: the minimum by fmin, the first NaN by the strict comparison
+        v = prim.Call(prim.Variable("fmax"), (value, self.dtype.type(-1)))
+        new_acc = (acc, prim.Call(prim.Variable("fmin"), (acc, v)))
+        if self.kind == "min":
+            return [new_acc]
+        return [(aux, prim.If(prim.Comparison(v, "<", acc), index, aux)), new_acc]
+
     # {{{ log-sum-exp over chunks of terms
 
     def chunk_max(self, acc: Any, value: Any) -> list[tuple[Any, Any]]:
@@ -369,6 +395,8 @@ class Updater:
         k = self.kind
         if k == "sum":
             return [(acc, prim.Sum((acc, acc2)))]
+        if self.clamps_nan:
+            raise ValueError("NaN carried as -1: no two-pass combination")
         if k in ("min", "max"):
             return [(acc, select_better(acc2, acc, "<" if k == "min" else ">"))]
         if k in INDEX_REDUCTIONS:
@@ -393,6 +421,8 @@ class Updater:
 
     def result(self, acc: Any, aux: Any) -> Any:
         """The reduced value from the accumulator."""
+        if self.clamps_nan:
+            return prim.If(prim.Comparison(acc, "<", 0), prim.NaN(self.dtype.type), acc)
         if self.kind == "logsumexp":
             total = prim.Sum((acc, prim.Call(prim.Variable(_LOG[self.math]), (aux,))))
             return prim.Product((self.dtype.type(LN2), total)) if is_base2(

@@ -243,6 +243,62 @@ def product(factors: Sequence[Any]) -> Any:
     return factors[0] if len(factors) == 1 else prim.Product(tuple(factors))
 
 
+#: calls whose value is never negative (or NaN)
+_NONNEGATIVE_CALLS = frozenset({"exp", "exp2", "native_exp", "native_exp2", "fabs", "abs",
+                                "sqrt", "native_sqrt", "cosh"})
+
+
+def nonnegative(expr: Any) -> bool:
+    """Whether ``expr`` is never negative (it may be NaN) whatever its variables hold:
+    squares (a factor twice), sums and products of such, ``exp``, ``fabs``, ``sqrt``,
+    constants >= 0. False when it cannot tell."""
+    from loopy.symbolic import TypeCast
+
+    if isinstance(expr, (int, float, np.integer, np.floating)):
+        return bool(expr >= 0)
+    if isinstance(expr, TypeCast):
+        return nonnegative(expr.child)
+    if isinstance(expr, prim.Sum):
+        return all(nonnegative(c) for c in expr.children)
+    if isinstance(expr, prim.Product):
+        counts: dict[Any, int] = {}
+        for c in expr.children:
+            counts[c] = counts.get(c, 0) + 1
+        return all(n % 2 == 0 or nonnegative(c) for c, n in counts.items())
+    if isinstance(expr, prim.Power):
+        ex = expr.exponent
+        return ((isinstance(ex, (int, np.integer)) and int(ex) % 2 == 0)
+                or nonnegative(expr.base))
+    if isinstance(expr, prim.Call) and isinstance(expr.function, prim.Variable):
+        return expr.function.name in _NONNEGATIVE_CALLS
+    return False
+
+
+def nonnegative_terms(form: Form) -> bool:
+    """Whether every term of every row of ``form`` is never negative (:func:`nonnegative`
+    of each factor)."""
+    return all(nonnegative(f) for t in row_terms(form) for f in t.factors)
+
+
+def clamps_nan(form: Form | str) -> bool:
+    """Whether the recipes' ``clamp_nan`` option applies to ``form``: a min or argmin over
+    floating-point terms that are never negative (they may be NaN; :func:`nonnegative_terms`),
+    such as a squared distance."""
+    return (not isinstance(form, str) and form.e.reduction in ("min", "argmin")
+            and form.dtype.kind == "f" and nonnegative_terms(form))
+
+
+def checked_clamp_nan(form: Form, clamp_nan: bool) -> bool:
+    """``clamp_nan``, refused where it does not apply (:func:`clamps_nan`)."""
+    if clamp_nan and not clamps_nan(form):
+        from feinsum.errors import InvalidConfigurationError
+
+        raise InvalidConfigurationError(
+            "clamp_nan needs a min or argmin over terms that are never negative (a squared "
+            "distance...): set it to false for this einsum")
+    return clamp_nan
+
+
 def depends_on(expr: Any, names: set[str]) -> bool:
     """Whether ``expr`` reads any variable in ``names``."""
     from loopy.symbolic import get_dependencies

@@ -54,6 +54,9 @@ class Tiling:
     peel: bool = False
     pack: bool = False
     math: str = "accurate"
+    #: min/argmin over terms never negative: a NaN term carried as -1 (no NaN tests per
+    #: term; :attr:`feinsum.lowering.reduction_updates.Updater.nonnegative`)
+    clamp_nan: bool = False
 
     @property
     def classic(self) -> bool:
@@ -169,7 +172,8 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
     import loopy as lp
 
     form = kt.template_form(e)
-    upd = Updater(e.reduction, form.dtype, t.math, scalar=not t.classic)
+    upd = Updater(e.reduction, form.dtype, t.math, scalar=not t.classic,
+                  nonnegative=ka.checked_clamp_nan(form, t.clamp_nan))
     K, R = t.K, t.rows
     width = pack_width(form) if t.pack else None
     mexpr, nexpr = kt.length_expr(form.m), kt.length_expr(form.n)
