@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from feinsum.recipes import Config, ParameterSpace
+from feinsum.timing.hashseed import seeded_pool
 from feinsum.tuning.strategies import RandomSearch, Strategy
 
 #: Seconds one recipe's ranking may take (a prediction takes about one to five).
@@ -108,7 +109,7 @@ def predictor_for(recipe: Any, spec: Any, device: Any, lengths: Mapping[str, int
         if workers <= 1:
             return [_predict_here(recipe, spec, device, lengths, c)
                     if time.monotonic() < deadline else None for c in configs]
-        pool = _executor(workers)
+        pool = seeded_pool(workers)
         futures = [pool.submit(_predict_job, name, source, version, spec_json, device,
                                dict(lengths), dict(c)) for c in configs]
         done, late = concurrent.futures.wait(futures, max(0.0, deadline - time.monotonic()))
@@ -147,9 +148,3 @@ def _predict_job(name: str, source: str, version: str, spec_json: dict[str, Any]
         return None
     return _predict_here(recipe, spec_from_json(spec_json), device, lengths, config)
 
-
-def _executor(workers: int) -> concurrent.futures.ProcessPoolExecutor:
-    """A pool of *workers* spawned processes with the timing workers' hash seed."""
-    from feinsum.timing.hashseed import seeded_pool
-
-    return seeded_pool(workers)
