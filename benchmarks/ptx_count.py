@@ -147,6 +147,8 @@ def main_loop(ptx: str) -> list[str]:
             else:
                 m = re.search(r"in Loop: Header=(BB\d+_\d+)", x)
                 current = m.group(1) if m else (name if "Loop Header" in x else None)
+            if current and name:
+                loops.setdefault(current, []).append(f"{name}:")
             continue
         if current and x.endswith(";") and not x.startswith((".", "//")):
             loops.setdefault(current, []).append(x)
@@ -154,6 +156,36 @@ def main_loop(ptx: str) -> list[str]:
         if any(x.startswith("ld.shared") for x in loops.get(head, [])):
             return loops[head]
     raise SystemExit("no innermost loop reads local memory")
+
+
+def skipped_blocks(body: list[str]) -> tuple[list[str], list[str]]:
+    """*body* (a loop's instructions and block labels) split into what every iteration
+    runs and what a conditional branch skips: the instructions after ``@%p bra X`` up to
+    the label ``X`` further down, or up to the unconditional ``bra X`` back to the loop's
+    header (a lazy argmin's search for the index, run only in a chunk with a new
+    minimum)."""
+    always: list[str] = []
+    skipped: list[str] = []
+    labels = {x[:-1] for x in body if x.endswith(":")}
+    seen: set[str] = set()
+    target: str | None = None
+    back = False
+    for x in body:
+        if x.endswith(":"):
+            seen.add(x[:-1])
+            if x[:-1] == target and not back:
+                target = None
+            continue
+        m = re.match(r"(@!?%p\d+\s+)?bra(?:\.uni)?\s+\$?L?(BB\d+_\d+);", x)
+        if target is not None:
+            skipped.append(x)
+            if back and m and not m.group(1) and m.group(2) == target:
+                target = None
+            continue
+        always.append(x)
+        if m and m.group(1) and m.group(2) in labels:
+            target, back = m.group(2), m.group(2) in seen
+    return always, skipped
 
 
 def count(body: list[str]) -> dict[str, int]:
@@ -197,23 +229,26 @@ def main() -> None:
     from feinsum.devices.models import get_model
 
     info = get_model(args.model)
-    print(f"{'workload':<10} {'per pair':>8} {'issue ms':>8} {'model':>6}  kinds   (config; "
-          "the model's kinds)")
+    print(f"{'workload':<10} {'per pair':>8} {'issue ms':>8} {'model':>6} {'skipped':>7}  kinds"
+          "   (config; the model's kinds)")
     for w in args.only:
         src, params, t_unit = device_code(w, args.model, args.recipe, overrides, args.classic)
         modelled = model_count(t_unit, args.model, 100_000)
-        body = main_loop(to_ptx(src))
+        body, skipped = skipped_blocks(main_loop(to_ptx(src)))
         kinds = count(body)
         k, rows, unroll = params.get("K", 1), params.get("rows", 1), params.get("unroll", 1)
         pairs = rows * (k if unroll >= k else unroll)
         per = sum(kinds.values()) / pairs
+        rare = sum(count(skipped).values()) / pairs
         # 1e10 pairs at 1.98 GHz (H100/H200 boost clock)
         ms = issue_ms(per, 1e10, info.compute_units, 1.98)
-        print(f"{w:<10} {per:8.2f} {ms:8.2f} {sum(modelled.values()):6.2f}  "
+        print(f"{w:<10} {per:8.2f} {ms:8.2f} {sum(modelled.values()):6.2f} {rare:7.2f}  "
               f"{json.dumps(kinds)}  ({json.dumps(dict(params), sort_keys=True)}; "
               f"{json.dumps({k: round(v, 2) for k, v in modelled.items()})})")
         if args.show:
             print("\n".join(body))
+            if skipped:
+                print("// skipped by a conditional forward branch:\n" + "\n".join(skipped))
 
 
 if __name__ == "__main__":

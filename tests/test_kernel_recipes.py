@@ -278,6 +278,12 @@ def test_few_rows_block_limits() -> None:
 CLAMPED = {"classic": {**T1D, "clamp_nan": True},
            "gpu": {**T1D, "K": 32, "rows": 4, "unroll": 16, "peel": True, "pack": True,
                    "math": "native_exp2", "clamp_nan": True}}
+#: argmin only: the index found once per chunk, in a chunk with a new minimum (the last
+#: tile bounded in the chunk loop, or peeled; chunks of 1, 4 and 16 terms)
+CLAMPED.update({
+    "lazy_bounded": {**CLAMPED["classic"], "unroll": 4, "lazy_index": True},
+    "lazy_single": {**CLAMPED["classic"], "rows": 2, "peel": True, "lazy_index": True},
+    "lazy_gpu": {**CLAMPED["gpu"], "lazy_index": True}})
 
 
 @pytest.mark.parametrize("config", sorted(CLAMPED))
@@ -286,8 +292,10 @@ def test_nan_carried_as_minus_one(config, kind, cl_context, cl_queue, rng):  # t
     """Ties (integer points), NaN i- and j-points (the first NaN's index wins), all
     distances infinite, float32 and float64: as feinsum.evaluate with the NaN tests."""
     params = CLAMPED[config]
+    if params.get("lazy_index") and kind != "argmin":
+        pytest.skip("lazy_index is an argmin's")
     check("tiled_1d", params, kind, np.float32, cl_context, cl_queue, rng)
-    if config == "classic":
+    if config in ("classic", "lazy_bounded"):
         check("tiled_1d", params, kind, np.float64, cl_context, cl_queue, rng)
     ex, e = executor("tiled_1d", tuple(sorted(params.items())), kind, "float32", cl_context)
     for m, n in [(53, 71), (37, 300)]:
@@ -298,6 +306,24 @@ def test_nan_carried_as_minus_one(config, kind, cl_context, cl_queue, rng):  # t
     _, got = ex(cl_queue, **arrays)
     for key, want in feinsum.evaluate(e, arrays).items():
         np.testing.assert_array_equal(got[key], want, err_msg=key)
+
+
+@pytest.mark.parametrize("config", ["lazy_bounded", "lazy_gpu"])
+def test_lazy_index_when_every_chunk_holds_a_new_minimum(config, cl_context, cl_queue, rng):  # type: ignore[no-untyped-def]
+    """j-points ever closer to every i-point (the search runs in every chunk), ties
+    within and across chunks, NaN j-points after the minimum and inside a chunk."""
+    ex, e = executor("tiled_1d", tuple(sorted(CLAMPED[config].items())), "argmin",
+                     "float32", cl_context)
+    for m, n in [(37, 300), (70, 64)]:
+        arrays = make_arrays(e, m, n, rng)
+        arrays["x"][:] = rng.integers(0, 4, size=arrays["x"].shape)
+        arrays["y"][:] = (np.arange(n, 0, -1)[:, None] // 3 + 10).astype(np.float32)
+        for nan in ([], [n - 1], [n // 2, n // 2 + 1, n - 2]):
+            y = arrays["y"].copy()
+            y[nan, 1] = np.nan
+            _, got = ex(cl_queue, **{**arrays, "y": y})
+            for key, want in feinsum.evaluate(e, {**arrays, "y": y}).items():
+                np.testing.assert_array_equal(got[key], want, err_msg=f"{key} {nan}")
 
 
 def test_clamp_nan_only_where_terms_are_never_negative(cl_context) -> None:  # type: ignore[no-untyped-def]
@@ -317,9 +343,22 @@ def test_clamp_nan_only_where_terms_are_never_negative(cl_context) -> None:  # t
     with pytest.raises(FeinsumError, match="clamp_nan"):
         r.apply(feinsum.generate_loopy(gauss), {**r.default(gauss, gpu), "clamp_nan": True},
                 gauss, gpu)
-    # a configuration recorded before the option generates the code it ran (NaN tests)
-    old = {k: v for k, v in r.default(nearest, gpu).items() if k != "clamp_nan"}
+    # a configuration recorded before the options generates the code it ran (NaN tests,
+    # the index taken at every term)
+    old = {k: v for k, v in r.default(nearest, gpu).items()
+           if k not in ("clamp_nan", "lazy_index")}
     assert r.check(old, nearest, gpu)["clamp_nan"] is False
+    assert r.check(old, nearest, gpu)["lazy_index"] is False
+    older = {k: v for k, v in r.default(nearest, gpu).items() if k != "lazy_index"}
+    assert r.check(older, nearest, gpu) == {**older, "lazy_index": False}
+    # lazy_index: an argmin's, on GPUs by default, with clamp_nan only
+    assert r.default(nearest, gpu)["lazy_index"] and not r.default(nearest, cpu)["lazy_index"]
+    closest = make_spec("min", np.float32)
+    assert r.default(closest, gpu)["clamp_nan"] and not r.default(closest, gpu)["lazy_index"]
+    with pytest.raises(feinsum.InvalidConfigurationError, match="lazy_index needs clamp_nan"):
+        r.space(nearest, gpu).validate({**r.default(nearest, gpu), "clamp_nan": False})
+    with pytest.raises(feinsum.InvalidConfigurationError, match="lazy_index"):
+        r.space(closest, gpu).validate({**r.default(closest, gpu), "lazy_index": True})
     x = __import__("pymbolic").primitives.Variable("x")
     assert nonnegative(x * x) and nonnegative(x**2 + 3) and not nonnegative(x * x - 1)
     assert not nonnegative(x) and not nonnegative(-1 * x * x)

@@ -13,9 +13,9 @@ import numpy as np
 import pymbolic.primitives as p
 import pytest
 
-from feinsum.lowering.reduction_updates import register_math
+from feinsum.lowering.reduction_updates import OnNewMinimum, register_math
 from feinsum.prediction import hardware_for
-from feinsum.prediction.kernels import DeviceKernel, Statement, read_kernel
+from feinsum.prediction.kernels import DeviceKernel, Statement, new_minimum_rate, read_kernel
 from feinsum.prediction.model import kernel_seconds
 from feinsum.prediction.ops import OpCounter
 
@@ -198,6 +198,37 @@ def test_a_predicate_is_checked_once_per_loop_body() -> None:
         """, _FLOATS)
     # i = i_inner + 32 i_outer: per warp the index, the comparison, the branch
     assert _read(t, n=64, m=40).check_instructions == 2 * 3
+
+
+def _search(tagged: bool, predicate: str = "hit") -> lp.TranslationUnit:
+    """A lazy argmin's shape: per j a flag, then an unrolled loop all under it."""
+    t = _kernel("{[i, j, u]: 0 <= i < n and 0 <= j < m and 0 <= u < 4}", f"""
+        for j
+            <> hit = a[j] < b[i] {{id=hit}}
+            for u
+                g[i] = g[i] + c[4*j + u] {{id=one, if={predicate}, dep=hit}}
+            end
+        end
+        """, _FLOATS)
+    t = lp.tag_inames(t, "u:unr")
+    return lp.tag_instructions(t, OnNewMinimum(), "id:one") if tagged else t
+
+
+def test_a_predicate_all_of_a_loop_shares_is_checked_around_it() -> None:
+    # loopy writes if (hit) { 4 copies }: per warp and j one branch, not one per copy
+    assert _read(_search(False), n=64, m=10).check_instructions == 2 * 10 * 1
+    # one that reads the unrolled index is checked in every copy (the comparison, the branch)
+    assert _read(_search(False, "u < 3"), n=64, m=10).check_instructions == 2 * 10 * 4 * 2
+
+
+def test_a_search_for_a_new_minimum_counts_at_its_rate() -> None:
+    plain, rare = (_statement(_read(_search(t), n=64, m=1000), "one") for t in (False, True))
+    rate = new_minimum_rate(1000, H200.subgroup)
+    assert rare.warp_runs == pytest.approx(plain.warp_runs * rate)
+    assert rare.loop_serial == pytest.approx(plain.loop_serial * rate)
+    assert new_minimum_rate(1, 32) == 1.0 and new_minimum_rate(6250, 32) < 0.035
+    assert new_minimum_rate(1000, 1) == pytest.approx(sum(1 / t for t in range(1, 1001)) / 1000)
+    assert new_minimum_rate(100, 32) > new_minimum_rate(1000, 32) > new_minimum_rate(1000, 8)
 
 
 def test_local_arrays_advanced_by_a_loop_cost_a_pointer_increment() -> None:

@@ -63,6 +63,7 @@ def _space(e: Any, device: Any) -> ParameterSpace:
         peel=Boolean(), pack=Boolean(), math=Choice(list(MATH_MODES)),
         denorms_are_zero=Boolean(),
         clamp_nan=Boolean() if ka.clamps_nan(form) else Choice([False]),
+        lazy_index=Boolean() if _lazy(form) else Choice([False]),
         constraints=[
             at_most("work_group", lambda p: p["K"], device.max_work_group_size,
                     "K <= max_work_group_size"),
@@ -78,8 +79,15 @@ def _space(e: Any, device: Any) -> ParameterSpace:
                        "pack needs 2 to 16 values per j-point, of one dtype"),
             Constraint("native_float32", lambda p: single or not p["math"].startswith(
                 "native"), "native exp/log are float32 only"),
+            Constraint("lazy_needs_clamp", lambda p: p["clamp_nan"] or not p["lazy_index"],
+                       "lazy_index needs clamp_nan"),
         ],
     )
+
+
+def _lazy(form: Any) -> bool:
+    """Whether ``lazy_index`` applies: an argmin whose terms are never negative."""
+    return ka.clamps_nan(form) and form.e.reduction == "argmin"
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
@@ -88,7 +96,7 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     if device.is_cpu:
         return {"K": min(CPU_TILE, device.max_work_group_size), "rows": 1, "unroll": 1,
                 "peel": False, "pack": False, "math": "accurate", "denorms_are_zero": single,
-                "clamp_nan": False}
+                "clamp_nan": False, "lazy_index": False}
     k = min(GPU_TILE, device.max_work_group_size)
     rows = GPU_ROWS
     if not isinstance(form, str):
@@ -97,7 +105,7 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     return {"K": k, "rows": rows, "unroll": min(k, GPU_UNROLLED // rows), "peel": True,
             "pack": not isinstance(form, str) and rt.pack_width(form) is not None,
             "math": rt.default_math(form, device), "denorms_are_zero": single,
-            "clamp_nan": ka.clamps_nan(form)}
+            "clamp_nan": ka.clamps_nan(form), "lazy_index": _lazy(form)}
 
 
 def _apply(t_unit: lp.TranslationUnit, params: dict[str, Any], e: Any, device: Any
@@ -105,17 +113,21 @@ def _apply(t_unit: lp.TranslationUnit, params: dict[str, Any], e: Any, device: A
     """Rows in private registers, j-variables in local-memory tiles of K: GpuConv1D."""
     return rt.tiled_kernel(e, rt.Tiling(
         K=params["K"], rows=params["rows"], unroll=params["unroll"], peel=params["peel"],
-        pack=params["pack"], math=params["math"], clamp_nan=params["clamp_nan"]))
+        pack=params["pack"], math=params["math"], clamp_nan=params["clamp_nan"],
+        lazy_index=params["lazy_index"]))
 
 
 def _upgrade(params: dict[str, Any]) -> dict[str, Any]:
     """A configuration of before the GPU options (``K``, ``unroll`` a boolean,
     ``denorms_are_zero``) as the plain kernel it generated; one of before ``clamp_nan``
-    with the NaN tests it generated."""
+    with the NaN tests it generated; one of before ``lazy_index`` with the index taken at
+    every term."""
     if "rows" not in params and isinstance(params.get("unroll"), bool):
         params = {**params, "rows": 1, "unroll": params.get("K") if params["unroll"] else 1,
                   "peel": False, "pack": False, "math": "accurate"}
-    return params if "clamp_nan" in params else {**params, "clamp_nan": False}
+    if "clamp_nan" not in params:
+        params = {**params, "clamp_nan": False}
+    return params if "lazy_index" in params else {**params, "lazy_index": False}
 
 
 RECIPE = Recipe("tiled_1d", applies=_applies, space=_space, default=_default, apply=_apply,

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pymbolic.primitives as prim
+from pytools.tag import Tag, tag_dataclass
 
 from feinsum.spec.model import INDEX_REDUCTIONS
 
@@ -203,6 +204,13 @@ def neutral_value(kind: str, dtype: np.dtype[Any]) -> Any:
     return dtype.type(-np.inf)
 
 
+@tag_dataclass
+class OnNewMinimum(Tag):  # type: ignore[misc]
+    """The tag of the statements of a lazy argmin (:meth:`Updater.lazy_index`) that run
+    only in a chunk holding a row's new minimum, in a branch: the performance model counts
+    them at the rate terms in random order take it."""
+
+
 @dataclass(frozen=True)
 class Updater:
     """Statements of one accumulator of reduction ``kind``.
@@ -342,14 +350,49 @@ class Updater:
             ]
         raise ValueError(f"unknown reduction {k!r}")
 
+    def carried(self, value: Any) -> Any:
+        """A term as the accumulator carries it (:attr:`clamps_nan`): NaN as -1."""
+        return prim.Call(prim.Variable("fmax"), (value, self.dtype.type(-1)))
+
     def _clamped_update(self, acc: Any, aux: Any, value: Any, index: Any
                         ) -> list[tuple[Any, Any]]:
         # a NaN term is -1: the minimum by fmin, the first NaN by the strict comparison
-        v = prim.Call(prim.Variable("fmax"), (value, self.dtype.type(-1)))
+        v = self.carried(value)
         new_acc = (acc, prim.Call(prim.Variable("fmin"), (acc, v)))
         if self.kind == "min":
             return [new_acc]
         return [(aux, prim.If(prim.Comparison(v, "<", acc), index, aux)), new_acc]
+
+    # {{{ argmin with the index found once per chunk (NaN carried as -1)
+
+    @property
+    def finds_index_lazily(self) -> bool:
+        """Whether the lazy argmin of :meth:`lazy_minimum` applies (an argmin that
+        :attr:`clamps_nan`)."""
+        return self.clamps_nan and self.kind == "argmin"
+
+    def lazy_minimum(self, best: Any, carried: Any) -> list[tuple[Any, Any]]:
+        """Lazy argmin, per term of a chunk: ``best`` (started at the accumulator) takes
+        the minimum of the chunk's :meth:`carried` terms; no index yet."""
+        if not self.finds_index_lazily:
+            raise ValueError("the index is found lazily only for an argmin carrying NaN "
+                             "as -1")
+        return [(best, prim.Call(prim.Variable("fmin"), (best, carried)))]
+
+    def lazy_found(self, best: Any, acc: Any) -> Any:
+        """Lazy argmin, once per chunk: whether the chunk holds a term below the
+        accumulator (then, and only then, its index is looked for)."""
+        return prim.Comparison(best, "<", acc)
+
+    def lazy_index(self, aux: Any, carried: Any, best: Any, index: Any
+                   ) -> list[tuple[Any, Any]]:
+        """Lazy argmin, per term of a chunk that :meth:`lazy_found`, taken from the last
+        term to the first: ``aux`` becomes the index of the first term equal to ``best``
+        (the first NaN's, as -1 is below every other term); the accumulator then takes
+        ``best``."""
+        return [(aux, prim.If(prim.Comparison(carried, "==", best), index, aux))]
+
+    # }}}
 
     # {{{ log-sum-exp over chunks of terms
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from feinsum.errors import PredictionError
+from feinsum.lowering.reduction_updates import OnNewMinimum
 from feinsum.prediction.accesses import (
     Access,
     SubscriptCollector,
@@ -112,6 +113,15 @@ def _present(index: Any) -> Any:
     """*index* without the ``None`` of a whole vector's component (a C statement's
     offset is one expression)."""
     return tuple(i for i in index if i is not None) if isinstance(index, tuple) else index
+
+
+def new_minimum_rate(chunks: float, lanes: int) -> float:
+    """The fraction of its *chunks* in which a warp takes a lazy argmin's branch (one of
+    its *lanes* rows finds a new minimum), for terms in random order: a row's chunk ``t``
+    holds its new minimum with probability ``1/t`` (counted from the row's first chunk:
+    an overestimate for a loop that starts later, as a peeled last tile)."""
+    t = np.arange(1, max(1, round(chunks)) + 1, dtype=float)
+    return float(np.mean(1.0 - (1.0 - 1.0 / t) ** lanes))
 
 
 def _tags(knl: Any, iname: str) -> tuple[Any, ...]:
@@ -236,6 +246,7 @@ class _Reader:
 
     def _kernel(self, name: str, lin: list[Any], start: int, ids: Any, gsize: list[int],
                 lsize: list[int]) -> DeviceKernel:
+        from loopy.codegen.control import get_required_predicates
         from loopy.schedule import (
             Barrier,
             EnterLoop,
@@ -243,6 +254,7 @@ class _Reader:
             ReturnFromKernel,
             RunInstruction,
         )
+        from loopy.symbolic import get_dependencies
 
         groups = max(1, math.prod(gsize))
         group_size = max(1, math.prod(lsize))
@@ -252,11 +264,13 @@ class _Reader:
         # the local arrays each rolled loop's body indexes by its index: one pointer each
         streams: dict[tuple[str, ...], set[str]] = {}
         entered, open_ids, checked = 0, [0], set[tuple[int, str]]()
-        for item in lin[start + 1:]:
+        hoisted: list[frozenset[str]] = []  # the predicates loopy checks around each loop
+        for at, item in enumerate(lin[start + 1:], start + 1):
             if isinstance(item, ReturnFromKernel):
                 break
             if isinstance(item, EnterLoop):
                 loops.append(item.iname)
+                hoisted.append(frozenset(map(str, get_required_predicates(self.knl, at))))
                 entered += 1
                 open_ids.append(entered)
                 runs = self.count(frozenset(loops)) * groups * warps
@@ -268,16 +282,23 @@ class _Reader:
                     checks += runs * CHECK_INSTRUCTIONS
             elif isinstance(item, LeaveLoop):
                 loops.pop()
+                hoisted.pop()
                 open_ids.pop()
             elif isinstance(item, Barrier) and item.synchronization_kind == "local":
                 barriers += self.count(frozenset(loops)) if loops else 1.0
             elif isinstance(item, RunInstruction):
                 insn = self.knl.id_to_insn[item.insn_id]
                 self._streams(insn, loops, streams)
-                for p in insn.predicates:  # one check per predicate and loop body
-                    if (open_ids[-1], str(p)) not in checked:
-                        checked.add((open_ids[-1], str(p)))
-                        checks += (self.count(frozenset(loops)) if loops else 1.0) * (
+                for p in insn.predicates:  # one check per predicate and loop body, or
+                    # outside the outermost loop all of whose statements share it (where
+                    # the loops it reads are open)
+                    reads = get_dependencies(p) & self.knl.all_inames()
+                    level = next((k for k, h in enumerate(hoisted) if str(p) in h and reads
+                                  <= {*loops[:k], *self.local, *self.group}), len(loops))
+                    key = (open_ids[level + 1] if level < len(loops) else open_ids[-1], str(p))
+                    if key not in checked:
+                        checked.add(key)
+                        checks += (self.count(frozenset(loops[:level])) if level else 1.0) * (
                             groups * warps) * (OpCounter(4, False)(p).instructions + 1)
         increments = sum(len(names) * self.count(frozenset(key)) * groups * warps
                          for key, names in streams.items())
@@ -359,6 +380,10 @@ class _Reader:
 
         group_runs = runs(rolled | insn_group | unrolled)
         loop_runs = runs(rolled | insn_group)
+        rate = 1.0  # the share of a rarely taken branch's runs that run
+        if any(isinstance(t, OnNewMinimum) for t in insn.tags):
+            rate = new_minimum_rate(loop_runs / groups, self.hw.subgroup)
+            group_runs, loop_runs = group_runs * rate, loop_runs * rate
         base = {**dict.fromkeys(self.knl.all_inames(), 0), **self.lengths}
         contexts = [{**base, **lane} for lane in lanes] or [base]
         written = set(insn.assignee_var_names())
@@ -367,7 +392,7 @@ class _Reader:
                 insn, contexts, frozenset(within & self.vec)):
             deps = frozenset(get_dependencies(_present(index)) & unrolled) if (
                 index is not None) else unrolled
-            n = runs(rolled | insn_group | deps)
+            n = runs(rolled | insn_group | deps) * rate
             acc = warp_access(space, var.name, write, spans, self.hw.line_bytes,
                               self.hw.banks, self.hw.bank_bytes)
             acc = replace(acc, runs=n * warps, serial=n / groups, loop=rolled,

@@ -29,6 +29,7 @@ import pymbolic.primitives as prim
 
 from feinsum.lowering.reduction_updates import (
     LOG2E,
+    OnNewMinimum,
     Updater,
     is_base2,
     register_math,
@@ -57,6 +58,10 @@ class Tiling:
     #: min/argmin over terms never negative: a NaN term carried as -1 (no NaN tests per
     #: term; :attr:`feinsum.lowering.reduction_updates.Updater.nonnegative`)
     clamp_nan: bool = False
+    #: argmin with ``clamp_nan``: each chunk of ``unroll`` terms takes its minimum only (one
+    #: ``fmin`` per term), its index is looked for only in a chunk that holds a row's new
+    #: minimum (:meth:`feinsum.lowering.reduction_updates.Updater.lazy_index`)
+    lazy_index: bool = False
 
     @property
     def classic(self) -> bool:
@@ -174,6 +179,9 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
     form = kt.template_form(e)
     upd = Updater(e.reduction, form.dtype, t.math, scalar=not t.classic,
                   nonnegative=ka.checked_clamp_nan(form, t.clamp_nan))
+    if t.lazy_index and not upd.finds_index_lazily:
+        raise ValueError("lazy_index needs an argmin over terms never negative with "
+                         "clamp_nan")
     K, R = t.K, t.rows
     width = pack_width(form) if t.pack else None
     mexpr, nexpr = kt.length_expr(form.m), kt.length_expr(form.n)
@@ -241,9 +249,10 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
     terms = [ka.RowTerm(term.row, term.short, tuple(
         rewrite_math(f, t.math, form.dtype, lambda x: not ka.depends_on(x, variant))
         for f in term.factors)) for term in ka.row_terms(form)]
-    chunked = e.reduction == "logsumexp" and not t.classic
+    lazy = t.lazy_index
+    chunked = (e.reduction == "logsumexp" and not t.classic) or lazy
     U = min(t.unroll, K) if chunked else 1
-    if chunked and is_base2(t.math):  # log-sum-exp in base 2: log2 e folded into the value
+    if chunked and not lazy and is_base2(t.math):  # log-sum-exp in base 2: log2 e folded in
         terms = [ka.RowTerm(term.row, term.short, (scale_value(
             term.factors[0], form.dtype.type(LOG2E), lambda x: not ka.depends_on(x, variant)),
             *term.factors[1:])) for term in terms]
@@ -275,7 +284,10 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
         (U,) if chunked else ())), address_space=priv))
     if chunked:
         temps += [lp.TemporaryVariable(x, form.dtype, shape=at(R, nt), address_space=priv)
-                  for x in ("shift", "new")]
+                  for x in (("new",) if lazy else ("shift", "new"))]
+    if lazy:
+        temps += [lp.TemporaryVariable(f"hit_{k}{suffix(r)}", np.int32, shape=(),
+                                       address_space=priv) for r in range(R) for k in range(nt)]
     if upd.needs_aux:
         temps.append(lp.TemporaryVariable("aux", upd.aux_dtype, shape=at(R, nt),
                                           address_space=priv))
@@ -331,7 +343,7 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                 acc, aux, val = (kt.sub(x, *at(r, k)) for x in ("acc", "aux", "val"))
                 if not after:  # the first tile loop: the accumulator's initialisation first
                     shift = [(kt.sub("shift", *at(r, k)), upd.chunk_start)] if (
-                        chunked) else []
+                        chunked and not lazy) else []
                     inits = kt.assignments([*upd.init(acc, aux), *shift],
                                            f"init_{k}{suffix(r)}", row_inames)
                     init_ids.extend(a.id for a in inits)
@@ -341,8 +353,9 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                 inputs = deps | {*pack_ids, *local_fac.values(), *prev}
                 value = ka.product(factors)
                 if chunk is not None:
-                    last[r, k] = chunk_updates(r, k, tile, jj, chunk, value, jrow if bounded
-                                               else None, inputs, readers)
+                    last[r, k] = (lazy_updates if lazy else chunk_updates)(
+                        r, k, tile, jj, chunk, value, jrow if bounded else None, inputs,
+                        readers)
                     continue
                 if t.classic or e.reduction != "sum":
                     vid = f"val{tag}_{k}{suffix(r)}"
@@ -388,7 +401,49 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
         chunk_last[r, k] = (sm[-1].id,)
         return sm[-1].id
 
+    def lazy_updates(r: int, k: int, tile: str, jj: str, chunk: tuple[str, int],
+                     value: Any, jrow: Any, inputs: frozenset[str] | set[str],
+                     readers: list[str]) -> str:
+        """Lazy argmin of accumulator (r, k): the chunk's terms as carried (+inf past N
+        when *jrow* is given), their minimum, and in a branch taken only when it is below
+        the accumulator the index of the first term equal to it."""
+        jo, size = chunk
+        sfx, inames = f"{tile}_{k}{suffix(r)}", frozenset({"io", "il", tile, jo})
+        acc, aux, best = (kt.sub(x, *at(r, k)) for x in ("acc", "aux", "new"))
+        hit = kt.var(f"hit_{k}{suffix(r)}")
+        carried = upd.carried(value)
+        if jrow is not None:
+            carried = prim.If(prim.Comparison(jrow, "<", nexpr), carried,
+                              form.dtype.type(np.inf))
+        vid = f"val_{sfx}"
+        insns.append(lp.Assignment(kt.sub("val", *at(r, k), kt.var(jj)), carried, id=vid,
+                                   within_inames=inames | {jj},
+                                   depends_on=frozenset(inputs)))
+        readers.append(vid)
+        prev = {*init_ids, *chunk_last.get((r, k), ())}
+        back = (size - 1) - kt.var(f"{jj}f{r}")
+        start = kt.assignments([(best, acc)], f"start_{sfx}", inames, after=prev)
+        mins = kt.assignments(upd.lazy_minimum(best, kt.sub("val", *at(r, k), kt.var(
+            f"{jj}m"))), f"min_{sfx}", inames | {f"{jj}m"}, after={vid, start[0].id})
+        test = kt.assignments([(hit, upd.lazy_found(best, acc))], f"hit_{sfx}", inames,
+                              after={mins[-1].id})
+        find = kt.assignments(upd.lazy_index(
+            aux, kt.sub("val", *at(r, k), back), best,
+            kt.var(tile) * K + kt.var(jo) * size + back), f"find_{sfx}",
+            inames | {f"{jj}f{r}"}, after={test[0].id, vid, *prev}, chain=True,
+            predicates=frozenset({hit}), tags=frozenset({OnNewMinimum()}))
+        take = kt.assignments([(acc, best)], f"upd_{sfx}", inames,
+                              after={find[-1].id, test[0].id})
+        insns.extend([*start, *mins, *test, *find, *take])
+        chunk_last[r, k] = (take[0].id,)
+        return take[0].id
+
     chunk_last: dict[tuple[int, int], tuple[str, ...]] = {}
+
+    def chunk_inames(jj: str) -> tuple[str, ...]:
+        # a chunk's terms, their maximum or minimum, their sum or (one loop per row) index
+        return (jj, f"{jj}m", *((f"{jj}f{r}" for r in range(R)) if lazy else (f"{jj}s",)))
+
     pre = kt.domain_prefix(form.m, form.n)
     domains = [f"{pre}{{[io]: 0 <= io and {K * R}*io < {form.m}}}"]
     if chunked:
@@ -396,12 +451,14 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
         last, readers = updates("jt", "ju", "", not t.peel, {}, frozenset(main_loads),
                                 ("jo", U))
         domains += [f"{{[il, jl, jo]: 0 <= il, jl < {K} and 0 <= jo < {K // U}}}",
-                    f"{{[ju, jum, jus]: 0 <= ju, jum, jus < {U}}}"]
+                    f"{{[{', '.join(chunk_inames('ju'))}]: 0 <= "
+                    f"{', '.join(chunk_inames('ju'))} < {U}}}"]
         if t.peel:
             tail_loads = loads("jt2", "jl2", "_tail", True, frozenset(readers))
             updates("jt2", "ju2", "_tail", True, last, frozenset(tail_loads), ("jo2", 1))
             domains += [f"{{[jl2, jo2]: 0 <= jl2, jo2 < {K}}}",
-                        "{[ju2, ju2m, ju2s]: 0 <= ju2, ju2m, ju2s < 1}",
+                        f"{{[{', '.join(chunk_inames('ju2'))}]: 0 <= "
+                        f"{', '.join(chunk_inames('ju2'))} < 1}}",
                         f"{pre}{{[jt]: 0 <= jt and {K}*jt + {K} <= {form.n}}}",
                         f"{pre}{{[jt2]: 0 <= jt2 and {K}*jt2 < {form.n} < {K}*jt2 + {K}}}"]
         else:
@@ -426,15 +483,16 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
         store_pred = frozenset[Any]({prim.Comparison(row(r), "<", mexpr)})
         for k, term in enumerate(terms):
             stores = kt.output_stores(form, upd, term, row(r), kt.sub(
-                "shift" if chunked else "acc", *at(r, k)), kt.sub("aux", *at(r, k)))
+                "shift" if chunked and not lazy else "acc", *at(r, k)), kt.sub("aux", *at(
+                    r, k)))
             insns += kt.assignments(stores, f"store_{k}{suffix(r)}", row_inames,
                                     after=update_ids, predicates=store_pred)
     tags = {"io": "g.0", "il": "l.0", "jl": "l.0"}
     if t.peel:
         tags["jl2"] = "l.0"
     if chunked:
-        tags.update({x: "unr" for x in ("ju", "jum", "jus", *(
-            ("ju2", "ju2m", "ju2s") if t.peel else ()))})
+        tags.update({x: "unr" for x in (*chunk_inames("ju"), *(
+            chunk_inames("ju2") if t.peel else ()))})
     elif t.unroll >= K:
         tags["jj"] = "unr"
     knl = kt.template_kernel(e, domains, insns, temps, tags)
