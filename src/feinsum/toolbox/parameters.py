@@ -192,7 +192,7 @@ class Choice(Parameter):
             # 1 == True in Python: compare types too
             if o == value and isinstance(value, bool) == isinstance(o, bool):
                 return o
-        raise ValueError(f"{value!r} is not one of {self.describe()}")
+        raise ValueError(f"{value!r} is not {self.describe()}")
 
     def to_json(self) -> dict[str, Any]:
         return {"type": "Choice", "options": list(self.options)}
