@@ -283,7 +283,9 @@ CLAMPED = {"classic": {**T1D, "clamp_nan": True},
 CLAMPED.update({
     "lazy_bounded": {**CLAMPED["classic"], "unroll": 4, "lazy_index": True},
     "lazy_single": {**CLAMPED["classic"], "rows": 2, "peel": True, "lazy_index": True},
-    "lazy_gpu": {**CLAMPED["gpu"], "lazy_index": True}})
+    "lazy_gpu": {**CLAMPED["gpu"], "lazy_index": True},
+    "lazy_whole_tile": {**CLAMPED["classic"], "rows": 8, "unroll": 16, "peel": True,
+                        "math": "exp2", "lazy_index": True}})
 
 
 @pytest.mark.parametrize("config", sorted(CLAMPED))
