@@ -11,7 +11,9 @@ work-item (a j-point read serves several pairs), ``math`` the ``exp``/``log`` fl
 (``native``, or ``exp2`` with the constant folded), ``clamp_nan`` (a min/argmin over terms
 never negative, such as squared distances: a NaN term carried as -1, one ``fmax`` and one
 ``fmin`` per pair instead of NaN tests; GPUs only by default, PoCL's ``fmin``/``fmax`` are
-slower than its selects). Nothing of size ``M x N`` is stored.
+slower than its selects), ``lazy_index`` (such an argmin's index looked for only in a chunk
+of ``unroll`` terms that holds a row's new minimum; GPUs only by default). Nothing of size
+``M x N`` is stored.
 """
 
 from __future__ import annotations
