@@ -359,6 +359,10 @@ def test_clamp_nan_only_where_terms_are_never_negative(cl_context) -> None:  # t
     assert r.default(closest, gpu)["clamp_nan"] and not r.default(closest, gpu)["lazy_index"]
     with pytest.raises(feinsum.InvalidConfigurationError, match="lazy_index needs clamp_nan"):
         r.space(nearest, gpu).validate({**r.default(nearest, gpu), "clamp_nan": False})
+    from feinsum.reductions.row_tiles import Tiling, tiled_kernel
+
+    with pytest.raises(feinsum.InvalidConfigurationError, match="lazy_index needs an argmin"):
+        tiled_kernel(closest, Tiling(K=32, clamp_nan=True, lazy_index=True))
     with pytest.raises(feinsum.InvalidConfigurationError,
                        match="'lazy_index': True is not one of false"):
         r.apply(feinsum.generate_loopy(closest), {**r.default(closest, gpu), "lazy_index": True},

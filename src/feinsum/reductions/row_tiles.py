@@ -180,8 +180,11 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
     upd = Updater(e.reduction, form.dtype, t.math, scalar=not t.classic,
                   nonnegative=ka.checked_clamp_nan(form, t.clamp_nan))
     if t.lazy_index and not upd.finds_index_lazily:
-        raise ValueError("lazy_index needs an argmin over terms never negative with "
-                         "clamp_nan")
+        from feinsum.errors import InvalidConfigurationError
+
+        raise InvalidConfigurationError(
+            "lazy_index needs an argmin over terms never negative with clamp_nan: set it "
+            "to false for this einsum")
     K, R = t.K, t.rows
     width = pack_width(form) if t.pack else None
     mexpr, nexpr = kt.length_expr(form.m), kt.length_expr(form.n)
