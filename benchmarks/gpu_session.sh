@@ -8,9 +8,10 @@
 # wheels into $HOME/site unless feinsum's dependencies already import, lists the devices, and
 # runs benchmarks/bench_gpu.py (default --budget 8) into $OUT/LABEL/ (OUT: the device tool's
 # result folder, else ./gpu-out): rows.jsonl and table.md as each workload completes, the
-# database, its records as JSON lines (LABEL/records.jsonl, for db/) and the whole log.
-# PYTHON picks the interpreter (default python3), FEINSUM_GPU_CARRY the wheels' folder
-# (default .gpu).
+# database, its records as JSON lines (LABEL/records.jsonl, for db/) and the whole log;
+# then benchmarks/bench_lazy_index.py (LABEL/lazy_index.jsonl; LAZY_N points, default 1e5,
+# 0 skips it; LAZY_TIMEOUT seconds, default 120). PYTHON picks the interpreter (default
+# python3), FEINSUM_GPU_CARRY the wheels' folder (default .gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LABEL=${1:?usage: gpu_session.sh LABEL [bench_gpu.py arguments ...]}
@@ -63,6 +64,14 @@ rc=${PIPESTATUS[0]}
 if [ -f "$DEST/bench-gpu.sqlite" ]; then
     "$PY" -m feinsum.cli db export --db "$DEST/bench-gpu.sqlite" "$DEST/records.jsonl" \
         >> "$LOG" 2>&1 || say "could not export the records (the database stays)"
+fi
+# the nearest neighbour with and without lazy_index, points in three orders (LAZY_N=0: not)
+LAZY_N=${LAZY_N:-100000}
+if [ "$LAZY_N" != 0 ]; then
+    say "bench_lazy_index.py --n $LAZY_N"
+    timeout "${LAZY_TIMEOUT:-120}" "$PY" benchmarks/bench_lazy_index.py --n "$LAZY_N" \
+        --json "$DEST/lazy_index.jsonl" 2>&1 | tee -a "$LOG"
+    [ "${PIPESTATUS[0]}" = 0 ] || say "bench_lazy_index.py did not finish (the log says why)"
 fi
 say "bench_gpu.py exited $rc; results in $DEST"
 exit "$rc"

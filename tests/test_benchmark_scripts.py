@@ -141,7 +141,7 @@ def test_gpu_session_runs_bench_gpu_into_its_folder(tmp_path: Path) -> None:
     and its records as JSON lines, under OUT/LABEL."""
     env = {**os.environ, "FEINSUM_DB": str(tmp_path / "feinsum.sqlite"),
            "FEINSUM_CACHE_DIR": str(tmp_path / "cache"), "PYTHON": sys.executable,
-           "OUT": str(tmp_path / "out")}
+           "OUT": str(tmp_path / "out"), "LAZY_N": "1000"}
     proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "first",
                            "--quick", "--budget", "1", "--no-peers", "--only", "local"],
                           capture_output=True, text=True, timeout=600, env=env)
@@ -153,6 +153,10 @@ def test_gpu_session_runs_bench_gpu_into_its_folder(tmp_path: Path) -> None:
     assert lines[0]["format"] == "feinsum-timings"
     assert any(r.get("recipe") == "contraction" for r in lines), lines
     assert "exited 0" in (dest / "session.log").read_text()
+    rows = [json.loads(x) for x in (dest / "lazy_index.jsonl").read_text().splitlines()]
+    assert [r["order"] for r in rows] == ["random", "morton", "worst"]
+    assert all(r["lazy_ms"] > 0 and r["eager_ms"] > 0 and r["params"]["lazy_index"]
+               for r in rows), rows
 
 
 def test_gpu_session_without_dependencies_says_what_to_carry(tmp_path: Path) -> None:
@@ -167,3 +171,18 @@ def test_gpu_session_without_dependencies_says_what_to_carry(tmp_path: Path) -> 
     bad = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "../x"],
                          capture_output=True, text=True, timeout=60, env=env)
     assert bad.returncode == 2 and "LABEL" in bad.stderr
+
+
+def test_bench_lazy_index_times_both_ways_and_checks_them(tmp_path: Path) -> None:
+    script = str(ROOT / "benchmarks" / "bench_lazy_index.py")
+    out = tmp_path / "rows.jsonl"
+    proc = subprocess.run([sys.executable, script, "--n", "700", "--repeat", "1", "--orders",
+                           "worst", "morton", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [json.loads(x)["order"] for x in out.read_text().splitlines()] == ["worst",
+                                                                               "morton"]
+    assert "eager/lazy" in proc.stdout
+    bad = subprocess.run([sys.executable, script, "--n", "0"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode != 0 and "--n and --repeat must be positive" in bad.stderr

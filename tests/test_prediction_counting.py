@@ -231,6 +231,19 @@ def test_a_search_for_a_new_minimum_counts_at_its_rate() -> None:
     assert new_minimum_rate(100, 32) > new_minimum_rate(1000, 32) > new_minimum_rate(1000, 8)
 
 
+def test_the_rate_is_how_often_warps_of_random_points_find_a_new_minimum() -> None:
+    """Squared distances of 4096 random rows to 2048 random points in chunks of 16: the
+    share of (warp, chunk) pairs where one of the warp's 32 rows finds a new minimum."""
+    rng = np.random.default_rng(1)
+    x, y = rng.random((4096, 3), dtype=np.float32), rng.random((2048, 3), dtype=np.float32)
+    chunk_min = (((x[:, None, :] - y[None]) ** 2).sum(-1)).reshape(4096, 128, 16).min(2)
+    before = np.minimum.accumulate(chunk_min, axis=1)[:, :-1]
+    new = np.concatenate([np.ones((4096, 1), bool), chunk_min[:, 1:] < before], axis=1)
+    taken = new.reshape(128, 32, 128).any(axis=1).mean()
+    assert taken == pytest.approx(new_minimum_rate(128, 32), rel=0.05)
+    assert new.mean() == pytest.approx(new_minimum_rate(128, 1), rel=0.05)
+
+
 def test_local_arrays_advanced_by_a_loop_cost_a_pointer_increment() -> None:
     k = _read(_packed(), n=64, m=1)
     assert k.pointer_increments == 2 * 32  # one pointer (p) per j iteration and warp
