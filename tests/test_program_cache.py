@@ -96,6 +96,27 @@ def test_second_process_gets_the_program_from_disk(store: Path, cl_device: Any,
     assert not rep5.cached and entries(store) == 2
 
 
+def test_a_process_with_other_free_memory_gets_the_program_from_disk(
+        store: Path, cl_device: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PoCL's CPU device reports a share of the memory free at start as its global memory:
+    a new process sees another value, and must still find the program."""
+    from dataclasses import replace
+
+    import feinsum.devices.opencl as fo
+    from feinsum.hook import transform_program
+
+    _, rep1 = transform_program(mass_kernel(), device=cl_device, db=False)
+    assert not rep1.cached
+    real = fo.device_info
+    for size in (2**30, 3 * 2**33):
+        monkeypatch.setattr(fo, "device_info",
+                            lambda dev, size=size: replace(real(dev), global_mem_size=size))
+        a_new_process()
+        _, rep = transform_program(mass_kernel(), device=cl_device, db=False)
+        assert rep.cached and rep.cache == "disk", rep.note
+    assert entries(store) == 1
+
+
 def test_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cl_device: Any) -> None:
     from feinsum.hook import clear_cache, transform_program
     from feinsum.hook.store import cache_directory

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 
@@ -60,6 +60,14 @@ class DeviceInfo:
             (self.vendor, self.name, self.opencl_version, self.driver_version,
              self.platform_version)
         )
+
+    @property
+    def steady(self) -> DeviceInfo:
+        """This device without what a driver reads from the machine's state rather than the
+        device: PoCL's CPU device reports a share of the memory free when the process
+        starts as its ``global_mem_size`` (zero here). What code generation may depend on,
+        equal in every process: the hook's cache keys."""
+        return replace(self, global_mem_size=0)
 
     @property
     def is_cpu(self) -> bool:

@@ -320,7 +320,7 @@ def _transform(t_unit: Any, device: Any, db: Any, opts: Options, recipe_path: An
     try:
         if cache:
             with clock("cache"):
-                key = entry_key(program_key(t_unit), repr(info), vector_problem,
+                key = entry_key(program_key(t_unit), repr(info.steady), vector_problem,
                                 code_fingerprint(recipe_directories(recipe_path)), opts,
                                 str(recipe_path), schedule_all, run_once,
                                 _database_name(db))

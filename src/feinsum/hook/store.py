@@ -2,15 +2,16 @@
 disk for every later process (and MPI rank) on the machine.
 
 An entry is keyed by (:func:`entry_key`) the untransformed program (loopy's persistent
-hash), the device's identity, the code that transforms (feinsum's version and a
-fingerprint of its source files and of every recipe file: an edited recipe or toolbox
-changes it) and the hook's options; it holds the transformed program, its report, and
-what decided it: the state of the timing database (its revision, read without
-SQLAlchemy, and the shipped record files' size and time) and, per einsum looked up, the
-uid of the record chosen (None: a default). An entry is used when the database is
-unchanged, or, when it changed, when every einsum still gets the same record
-(:func:`feinsum.hook.program.transform_program` asks again): a new record that changes a
-choice invalidates exactly the programs it changes.
+hash), the device's identity (:attr:`~feinsum.devices.info.DeviceInfo.steady`: not the
+global memory PoCL reads from the memory free at start), the code that transforms
+(feinsum's version and a fingerprint of its source files and of every recipe file: an
+edited recipe or toolbox changes it) and the hook's options; it holds the transformed
+program, its report, and what decided it: the state of the timing database (its
+revision, read without SQLAlchemy, and the shipped record files' size and time) and, per
+einsum looked up, the uid of the record chosen (None: a default). An entry is used when
+the database is unchanged, or, when it changed, when every einsum still gets the same
+record (:func:`feinsum.hook.program.transform_program` asks again): a new record that
+changes a choice invalidates exactly the programs it changes.
 
 The store is pytools' :class:`~pytools.persistent_dict.PersistentDict` (SQLite: atomic
 writes, one entry per key however many processes write it, safe for concurrent readers
