@@ -98,7 +98,7 @@ def test_second_process_gets_the_program_from_disk(store: Path, cl_device: Any,
 
 def test_a_process_with_other_free_memory_gets_the_program_from_disk(
         store: Path, cl_device: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """PoCL's CPU device reports a share of the memory free at start as its global memory:
+    """PoCL's CPU device derives its global memory from the machine's memory at start:
     a new process sees another value, and must still find the program."""
     from dataclasses import replace
 

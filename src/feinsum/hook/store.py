@@ -3,7 +3,7 @@ disk for every later process (and MPI rank) on the machine.
 
 An entry is keyed by (:func:`entry_key`) the untransformed program (loopy's persistent
 hash), the device's identity (:attr:`~feinsum.devices.info.DeviceInfo.steady`: not the
-global memory PoCL reads from the memory free at start), the code that transforms
+global memory PoCL reads from the machine's memory at start), the code that transforms
 (feinsum's version and a fingerprint of its source files and of every recipe file: an
 edited recipe or toolbox changes it) and the hook's options; it holds the transformed
 program, its report, and what decided it: the state of the timing database (its
