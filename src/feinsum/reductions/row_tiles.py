@@ -377,6 +377,21 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                 last[r, k] = upds[-1].id
         return last, readers
 
+    def chunk_values(r: int, k: int, sfx: str, inames: frozenset[str], jj: str, value: Any,
+                     jrow: Any, past_n: float, inputs: frozenset[str] | set[str],
+                     readers: list[str]) -> str:
+        """The chunk's values of accumulator (r, k) (*past_n* past N when *jrow* is given);
+        the id of their assignment."""
+        if jrow is not None:
+            value = prim.If(prim.Comparison(jrow, "<", nexpr), value,
+                            form.dtype.type(past_n))
+        vid = f"val_{sfx}"
+        insns.append(lp.Assignment(kt.sub("val", *at(r, k), kt.var(jj)), value, id=vid,
+                                   within_inames=inames | {jj},
+                                   depends_on=frozenset(inputs)))
+        readers.append(vid)
+        return vid
+
     def chunk_updates(r: int, k: int, tile: str, jj: str, chunk: tuple[str, int], value: Any,
                       jrow: Any, inputs: frozenset[str] | set[str], readers: list[str]
                       ) -> str:
@@ -385,14 +400,7 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
         jo = chunk[0]
         sfx, inames = f"{tile}_{k}{suffix(r)}", frozenset({"io", "il", tile, jo})
         acc, aux, sh, new = (kt.sub(x, *at(r, k)) for x in ("acc", "aux", "shift", "new"))
-        if jrow is not None:
-            value = prim.If(prim.Comparison(jrow, "<", nexpr), value,
-                            form.dtype.type(-np.inf))
-        vid = f"val_{sfx}"
-        insns.append(lp.Assignment(kt.sub("val", *at(r, k), kt.var(jj)), value, id=vid,
-                                   within_inames=inames | {jj},
-                                   depends_on=frozenset(inputs)))
-        readers.append(vid)
+        vid = chunk_values(r, k, sfx, inames, jj, value, jrow, -np.inf, inputs, readers)
         prev = {*init_ids, *chunk_last.get((r, k), ())}
         mx = kt.assignments(upd.chunk_max(acc, kt.sub("val", *at(r, k), kt.var(f"{jj}m"))),
                             f"max_{sfx}", inames | {f"{jj}m"}, after={vid, *prev})
@@ -414,15 +422,8 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
         sfx, inames = f"{tile}_{k}{suffix(r)}", frozenset({"io", "il", tile, jo})
         acc, aux, best = (kt.sub(x, *at(r, k)) for x in ("acc", "aux", "new"))
         hit = kt.var(f"hit_{k}{suffix(r)}")
-        carried = upd.carried(value)
-        if jrow is not None:
-            carried = prim.If(prim.Comparison(jrow, "<", nexpr), carried,
-                              form.dtype.type(np.inf))
-        vid = f"val_{sfx}"
-        insns.append(lp.Assignment(kt.sub("val", *at(r, k), kt.var(jj)), carried, id=vid,
-                                   within_inames=inames | {jj},
-                                   depends_on=frozenset(inputs)))
-        readers.append(vid)
+        vid = chunk_values(r, k, sfx, inames, jj, upd.carried(value), jrow, np.inf, inputs,
+                           readers)
         prev = {*init_ids, *chunk_last.get((r, k), ())}
         back = (size - 1) - kt.var(f"{jj}f{r}")
         start = kt.assignments([(best, acc)], f"start_{sfx}", inames, after=prev)
