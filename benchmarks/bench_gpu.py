@@ -14,7 +14,8 @@ budget, time the peers installed there, record everything as it goes, print one 
    contractions, kernel reductions, the elementwise stand-in; not the block-sparse one:
    ``bench_kernel_reductions.py``) tuned by :func:`feinsum.autotune` with ``--budget``
    configurations, recorded in the database (``--db``, default ``DIR/bench-gpu.sqlite``; a
-   re-run resumes and measures nothing twice). ``--lengths gpu``: GPU-sized problems
+   re-run resumes and measures nothing twice), at workloads.md's GPU sizes on a GPU (the
+   few-rows workload's 64 rows; 16 on a CPU). ``--lengths gpu``: GPU-sized problems
    (``E``, ``M`` and ``N`` = 1e6); ``quick`` (or ``--quick``): small ones (a smoke test).
 4. The peers that import (``gpu_peers.py``: numpy, torch on CUDA, chunked for the kernel
    reductions, cupy, pykeops), each bounded in time: timed on a subsample of the long axis
@@ -234,7 +235,7 @@ def main() -> None:
         print(f"datasheet ({info.model}): {info.peak_bandwidth / 1e9:.0f} GB/s, "
               f"{info.peak_flops_fp32 / 1e12:.1f} TFLOP/s fp32, "
               f"{info.peak_flops_fp64 / 1e12:.1f} fp64")
-    chosen = workloads(small=which == "quick", families=FAMILIES)
+    chosen = workloads(small=which == "quick", families=FAMILIES, gpu=not info.is_cpu)
     if args.only:
         unknown = set(args.only) - set(chosen)
         if unknown:

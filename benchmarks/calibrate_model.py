@@ -53,7 +53,8 @@ def _workload_names() -> dict[str, str]:
     from feinsum.spec.canonical import canonical_key
     from feinsum.tuning.workloads import workloads
 
-    return {canonical_key(w.spec): name for name, w in workloads().items()}
+    return {canonical_key(w.spec): name for gpu in (False, True)
+            for name, w in workloads(gpu=gpu).items()}
 
 
 def read_records(db: Path) -> list[Any]:

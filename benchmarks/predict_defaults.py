@@ -5,11 +5,12 @@
                                           [--rst FILE]
 
 For every reference workload (:func:`feinsum.tuning.workloads.workloads`, at its
-``workloads.md`` lengths), every device model given and every recipe that applies to the
-workload on that model, the recipe's default configuration for the model is generated and
-predicted (:func:`feinsum.prediction.predict_configuration`): time, fraction of the
-roofline, the bounding resource. The recipe the hook picks when the database is empty (the
-first applicable one in :data:`feinsum.hook.PREFERENCE`) is marked ``*``. This is how GPU
+``workloads.md`` GPU lengths: the few-rows workload's 64 rows), every device model given
+and every recipe that applies to the workload on that model, the recipe's default
+configuration for the model is generated and predicted
+(:func:`feinsum.prediction.predict_configuration`): time, fraction of the roofline, the
+bounding resource. The recipe the hook picks when the database is empty (the first
+applicable one in :data:`feinsum.hook.PREFERENCE`) is marked ``*``. This is how GPU
 schedules are judged in a session without a GPU; ``benchmarks/bench_gpu.py`` measures them
 when one is lent. Rows are printed as they are predicted (a default takes 1-50 s).
 
@@ -34,7 +35,7 @@ HEADER = ("workload", "model", "recipe", "predicted", "roofline", "bound by")
 
 def _rows(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     recipes = ordered_recipes(feinsum.recipes())
-    for w in workloads(families=tuple(args.family)).values():
+    for w in workloads(families=tuple(args.family), gpu=True).values():
         if args.workload and w.name not in args.workload:
             continue
         spec = feinsum.canonicalize(w.spec)

@@ -71,7 +71,7 @@ def device_code(workload: str, model: str, recipe: str, overrides: dict[str, Any
     from feinsum.spec.canonical import canonicalize
     from feinsum.tuning.workloads import workloads
 
-    e = canonicalize(workloads()[workload].spec)
+    e = canonicalize(workloads(gpu=True)[workload].spec)
     r = next(x for x in feinsum.recipes() if x.name == recipe)
     info = get_model(model)
     params = dict(r.default(e, info))

@@ -25,7 +25,7 @@ import feinsum
 from feinsum.devices.models import MODELS
 from feinsum.devices.opencl import DeviceInfo
 from feinsum.spec.canonical import canonicalize
-from feinsum.tuning.workloads import workloads
+from feinsum.tuning.workloads import FEW_ROWS, workloads
 
 #: Lengths every symbol gets: multiples of no tile, and shorter than most tiles (runs in
 #: well under a second).
@@ -33,8 +33,8 @@ LENGTHS = ({"*": 73}, {"*": 5})
 #: Reference-sized workloads added to the small ones: the two-index transformation with
 #: its 64 x 64 reduction, whose default splits the reduction on GPUs (split-K).
 FULL_SIZED = ("two_index",)
-#: The rows of workloads.md's few-rows workload on GPUs (the reference one has M = 16).
-FEW_ROWS_GPU = 64
+#: The rows of workloads.md's few-rows workload on GPUs (the small one has M = 16).
+FEW_ROWS_GPU = FEW_ROWS["gpu"]
 #: A third, larger one for einsums of one length symbol (the element-batched DG family:
 #: several blocks and work-groups, the last partial).
 ONE_SYMBOL_LENGTHS = (*LENGTHS, {"*": 1001})

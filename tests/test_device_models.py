@@ -111,6 +111,24 @@ def test_every_recipe_claims_workloads_on_gpu_models() -> None:
     assert not [c for c in claims if c[0] in ("kernel_vec_cpu", "block_sparse")]
 
 
+def test_few_rows_workload_has_the_gpu_rows_of_workloads_md() -> None:
+    """workloads.md: the few-rows workload has 16 rows on CPUs and 64 on GPUs (what
+    bench_gpu.py tunes on a GPU and predict_defaults.py predicts); the others are the same."""
+    cpu, gpu = workloads(), workloads(gpu=True)
+    assert cpu["fewrows"].spec.lengths["i"] == 16
+    assert gpu["fewrows"].spec.lengths["i"] == 64  # M: the rows index i
+    assert gpu["fewrows"].lengths == cpu["fewrows"].lengths == {"N": 1_000_000}
+    assert {n: w.spec for n, w in cpu.items() if n != "fewrows"} == {
+        n: w.spec for n, w in gpu.items() if n != "fewrows"}
+    # 64 rows: several row blocks on every GPU model (the 2D scheme's GPU case)
+    e = canonicalize(gpu["fewrows"].spec)
+    r = next(x for x in feinsum.recipes() if x.name == "tiled_2d_gpu")
+    for m in MODELS:
+        if not MODELS[m].info.is_cpu:
+            p = r.default(e, MODELS[m].info)
+            assert p["R"] < 64, (m, p)
+
+
 @pytest.mark.parametrize("recipe", sorted({r.name for r in feinsum.recipes()}))
 def test_spaces_nonempty_defaults_inside(recipe: str) -> None:
     """One test a recipe (each a few seconds to a minute: xdist spreads them)."""

@@ -14,6 +14,9 @@ from typing import Any
 
 #: The workload families (the recipes that claim each are those whose ``applies`` accepts it).
 FAMILIES = ("dg", "contraction", "kernel", "block_sparse", "elementwise")
+#: The few-rows workload's fixed number of rows (``M``), on CPUs and on GPUs (workloads.md:
+#: enough rows for a GPU's row blocks, still too few for the row-parallel schemes).
+FEW_ROWS = {"cpu": 16, "gpu": 64}
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ def _contractions(out: list[Workload], small: bool) -> None:
         {"I": 512, "L": 512}, {"I": 37, "L": 45}))
 
 
-def _kernels(out: list[Workload]) -> None:
+def _kernels(out: list[Workload], gpu: bool) -> None:
     import numpy as np
 
     from feinsum.reductions.builder import kernel_reduction
@@ -88,7 +91,8 @@ def _kernels(out: list[Workload]) -> None:
     }
     for name, e in specs.items():
         out.append(Workload(name, "kernel", e, size, small))
-    out.append(Workload("fewrows", "kernel", specs["gaussian"].with_lengths({"M": 16}),
+    rows = FEW_ROWS["gpu" if gpu else "cpu"]
+    out.append(Workload("fewrows", "kernel", specs["gaussian"].with_lengths({"M": rows}),
                         {"N": 1_000_000}, {"N": 301}))
 
 
@@ -115,13 +119,14 @@ def _elementwise(out: list[Workload]) -> None:
         {"E": 50_000}, {"E": 261}))
 
 
-def workloads(small: bool = False, families: tuple[str, ...] = FAMILIES
-              ) -> dict[str, Workload]:
+def workloads(small: bool = False, families: tuple[str, ...] = FAMILIES, *,
+              gpu: bool = False) -> dict[str, Workload]:
     """Every reference workload by name (``small``: the contractions' short axes scaled
-    down), in the families given."""
+    down), in the families given; ``gpu``: at workloads.md's GPU sizes where they differ
+    (the few-rows workload's ``M``, :data:`FEW_ROWS`)."""
     out: list[Workload] = []
     builders = {"dg": _dg, "contraction": lambda o: _contractions(o, small),
-                "kernel": _kernels, "block_sparse": _block_sparse,
+                "kernel": lambda o: _kernels(o, gpu), "block_sparse": _block_sparse,
                 "elementwise": _elementwise}
     for fam in families:
         builders[fam](out)
