@@ -27,6 +27,7 @@ PREFERENCE: tuple[str, ...] = (
     "dg_nodes",        # element-batched small operators on GPUs (nodes on the lanes)
     "dg_transposed",   # element-batched small operators, plain layouts
     "dg_operator",     # element-batched small operators, element-blocked layouts
+    "split_reduction", # long reductions into few outputs on GPUs (dot products, norms)
     "gemm_gpu",        # two-operand contractions on GPUs (CPUs: contraction)
     "elementwise",     # no reduction
     "generic",         # every dense einsum

@@ -1,0 +1,169 @@
+"""A long reduction into few outputs on GPUs: the terms dealt over the whole device.
+
+A dot product (``j,j->``), a norm or inner product of fields (``ej,ej->``), a product of a
+few long rows with a vector (``ij,j->i``, ``i`` short): the outputs are too few to give
+the work-items of a GPU one each, so :mod:`feinsum.toolbox.core`'s schedules (outputs on
+the work-items, the reduction shared by one work-group at most) leave all but one compute
+unit idle. :func:`split_kernel` deals the *terms* instead:
+
+* the reduction indices are flattened into one index ``f`` in their order (C order: the
+  operands that end with them are read at consecutive addresses) and split as
+  ``f = (t*G + g)*K + l``: ``G`` work-groups (``g.0``) of ``K`` work-items (``l.0``) sweep
+  ``G*K`` consecutive terms at a time, each work-item summing its terms in ``t`` (a term
+  past the end adds zero: no load);
+* each work-group sums its ``K`` partial sums by a tree in local memory (loopy's parallel
+  reduction) into a ``(G, outputs)`` buffer in global memory, once per output entry (the
+  outputs are a loop of the work-item, unrolled or not);
+* a second device kernel (after a global barrier) sums the ``G`` partials of each output
+  entry, one work-group per entry of the first output index: ``min(G, K)`` work-items,
+  each summing ``G/min(G, K)`` partials, then a tree.
+
+The other rows of a batched einsum do the same in the same two kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import loopy as lp
+import pymbolic.primitives as prim
+from loopy.symbolic import Reduction
+from pymbolic.mapper.substitutor import substitute
+
+from feinsum.spec.model import BatchedEinsum
+from feinsum.toolbox.core import is_fixed, kernel_of
+from feinsum.toolbox.dense import rewritten_kernel
+
+#: Output entries (all rows) a work-item sums for at most: each is one sweep of its terms
+#: and one tree, in sequence.
+MAX_OUTPUTS = 64
+#: Terms a reduction of fixed length has at least for the split to pay (fewer: one
+#: work-group of generic's shares them).
+MIN_TERMS = 1 << 14
+
+
+def split_reason(e: BatchedEinsum) -> str | None:
+    """Why the terms of *e* should not be dealt over the device (None: they should)."""
+    if e.block_sparse:
+        return "block-sparse specs need a block-sparse recipe"
+    if not e.reduction_indices:
+        return "no reduction"
+    if e.reduction != "sum":
+        return f"the reduction is {e.reduction!r}: partial results of sums only"
+    long_out = [i for i in e.out_indices if not is_fixed(e, i)]
+    if long_out:
+        return (f"the output index {long_out[0]} is long (symbolic): the outputs fill the "
+                "device (generic, gemm_gpu)")
+    if outputs(e) > MAX_OUTPUTS:
+        return f"{outputs(e)} output entries, more than {MAX_OUTPUTS}"
+    long_red = [i for i in e.reduction_indices if not is_fixed(e, i)]
+    if len(long_red) > 1:
+        return f"several long reduction indices ({', '.join(long_red)}): one at most"
+    if not long_red and math.prod(int(e.lengths[i]) for i in e.reduction_indices) < MIN_TERMS:
+        return f"fewer than {MIN_TERMS} terms: one work-group shares them (generic)"
+    return None
+
+
+def outputs(e: BatchedEinsum) -> int:
+    """Output entries of all rows (every output index fixed)."""
+    return e.nrows * math.prod(int(e.lengths[i]) for i in e.out_indices)
+
+
+def _length(e: BatchedEinsum, i: str) -> Any:
+    n = e.lengths[i]
+    return n if isinstance(n, int) else prim.Variable(str(n))
+
+
+def _flat_values(e: BatchedEinsum, f: Any) -> dict[str, Any]:
+    """Each reduction index as a function of the flat index *f* (C order)."""
+    red = e.reduction_indices
+    out = {}
+    for k, i in enumerate(red):
+        stride: Any = 1
+        for j in red[k + 1:]:
+            stride = stride * _length(e, j)
+        q = prim.FloorDiv(f, stride) if stride != 1 else f
+        out[i] = prim.Remainder(q, _length(e, i)) if k else q
+    return out
+
+
+def _total_text(e: BatchedEinsum) -> str:
+    return "*".join(str(e.lengths[i]) for i in e.reduction_indices)
+
+
+def split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, K: int, G: int,
+                 unroll_outputs: bool) -> lp.TranslationUnit:
+    """The two-kernel program of :mod:`this module <feinsum.toolbox.split>` for the
+    reference kernel of *e* (:func:`split_reason` must be None): ``G`` work-groups of ``K``
+    work-items; *unroll_outputs*: the work-item's loops over the output entries
+    unrolled."""
+    knl = kernel_of(t_unit)
+    rows = [i for i in knl.instructions if isinstance(i, lp.Assignment)]
+    outs = list(e.out_indices)
+    total = _total_text(e)
+    syms = sorted({str(e.lengths[i]) for i in e.reduction_indices if not is_fixed(e, i)})
+    params = f"[{', '.join(syms)}] -> " if syms else ""
+    f = (prim.Variable("rt") * G + prim.Variable("rg")) * K + prim.Variable("rl")
+    flat = _flat_values(e, f)
+    sweep = {i: prim.Variable(f"{i}_p") for i in outs}
+    final = {i: prim.Variable(f"{i}_f") for i in outs}
+    lanes = min(G, K)
+    domains = [f"{params}{{[rg, rl, rt]: 0 <= rg < {G} and 0 <= rl < {K} and 0 <= rt "
+               f"and rt*{G * K} < {total}}}",
+               f"{{[gl, gs]: 0 <= gl < {lanes} and 0 <= gs < {G // lanes}}}",
+               *(f"{{[{v.name}]: 0 <= {v.name} < {e.lengths[i]}}}"
+                 for i in outs for v in (sweep[i], final[i]))]
+    temps: list[Any] = []
+    insns: list[Any] = []
+    values: dict[Any, Any] = {**flat, **sweep}
+    for r, insn in enumerate(rows):
+        red: Any = insn.expression
+        dt = e.value_dtype(r)
+        body = substitute(red.expr, values)
+        guarded = prim.If(prim.Comparison(f, "<", _total_expr(e)), body, dt.type(0))
+        name = f"part{r}"
+        temps.append(lp.TemporaryVariable(
+            name, dt, shape=(G, *(int(e.lengths[i]) for i in outs)),
+            address_space=lp.AddressSpace.GLOBAL))
+        insns.append(lp.Assignment(
+            prim.Subscript(prim.Variable(name), (prim.Variable("rg"), *sweep.values())),
+            Reduction("sum", ("rl",), Reduction("sum", ("rt",), guarded)),
+            id=f"part_{r}", within_inames=frozenset({"rg", *(v.name for v in sweep.values())})))
+        insns.append(lp.Assignment(
+            substitute(insn.assignee, final),
+            Reduction("sum", ("gl",), Reduction("sum", ("gs",), prim.Subscript(
+                prim.Variable(name), (prim.Variable("gs") * lanes + prim.Variable("gl"),
+                                      *final.values())))),
+            id=f"sum_{r}", depends_on=frozenset({"gbarrier"}),
+            within_inames=frozenset(v.name for v in final.values())))
+    insns.append(lp.BarrierInstruction(
+        id="gbarrier", synchronization_kind="global", mem_kind="global",
+        depends_on=frozenset(f"part_{r}" for r in range(len(rows)))))
+    new = rewritten_kernel(knl, domains, insns, temps)
+    tags = {"rg": "g.0", "rl": "l.0", "gl": "l.0"}
+    if outs:
+        tags[final[outs[0]].name] = "g.0"
+    if unroll_outputs:
+        tags.update({v.name: "unr" for v in sweep.values()})
+    new = lp.tag_inames(new, tags)
+    return lp.set_options(new, enforce_variable_access_ordered="no_check")
+
+
+def _total_expr(e: BatchedEinsum) -> Any:
+    total: Any = 1
+    for i in e.reduction_indices:
+        total = total * _length(e, i)
+    return total
+
+
+#: Work-groups per compute unit the default deals the terms to, at least.
+GROUPS_PER_UNIT = 4
+
+
+def default_groups(compute_units: int) -> int:
+    """``G``: the power of two at or above :data:`GROUPS_PER_UNIT` work-groups per compute
+    unit."""
+    want = max(1, GROUPS_PER_UNIT * compute_units)
+    return 1 << (want - 1).bit_length()
+

@@ -1,0 +1,171 @@
+"""The split_reduction recipe (feinsum.toolbox.split): long reductions into few outputs on
+GPUs. Configurations for GPU models run on the CPU device against feinsum.evaluate (random
+ones and the defaults, lengths that are multiples of no tile), where it applies and why
+not, the two device kernels, the hook's choice in a program, and the model's view of the
+default against generic's."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any
+
+import loopy as lp
+import numpy as np
+import pytest
+
+import feinsum as fs
+from feinsum.devices.models import MODELS
+from feinsum.spec.canonical import canonicalize
+
+GPU_MODELS = ("h200", "mi300x", "max1550")
+
+
+@functools.cache
+def recipe() -> Any:
+    return next(r for r in fs.recipes() if r.name == "split_reduction")
+
+
+def specs() -> dict[str, fs.BatchedEinsum]:
+    a = fs.array
+    return {
+        "dot": fs.einsum("j,j->", a("x", ("N",), "float64"), a("y", ("N",), "float64")),
+        "inner": fs.einsum("ej,ej->", a("u", ("E", 35), "float64"), a("v", ("E", 35),
+                                                                    "float64")),
+        "rows": fs.einsum("ij,j->i", a("A", (5, "N"), "float32"), a("x", ("N",), "float32")),
+        "columns": fs.einsum("ji,j->i", a("A", ("N", 3), "float64"), a("x", ("N",),
+                                                                     "float64")),
+        "two_outputs": fs.einsum("aej,ej->a", a("A", (2, "E", 7), "float64"),
+                                 a("u", ("E", 7), "float64")),
+        "fixed": fs.einsum("j,j->", a("x", (20000,), "float32"), a("y", (20000,), "float32")),
+        "batched": fs.batched_einsum("j,j->", [[a("x", ("N",), "float64"),
+                                                a("y", ("N",), "float64")],
+                                               [a("x", ("N",), "float64"),
+                                                a("z", ("N",), "float64")]]),
+        "complex": fs.einsum("j,j->", a("x", ("N",), "complex128"),
+                             a("y", ("N",), "complex128")),
+    }
+
+
+@pytest.mark.parametrize("model", GPU_MODELS)
+def test_random_configurations_and_defaults_are_correct(model: str, cl_queue: Any) -> None:
+    from feinsum.recipes.testing import assert_all_ok, check_random_configurations
+
+    info = MODELS[model].info
+    every = list(specs().values())
+    assert all(recipe().applies(canonicalize(e), info) is None for e in every)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = check_random_configurations(recipe(), every, cl_queue, n=2 * len(every),
+                                            seed=7, device=info)
+    assert len(cases) == 2 * len(every)
+    assert_all_ok(cases)
+
+
+def test_a_long_reduction_past_every_tile(cl_queue: Any) -> None:
+    """Terms past the last full sweep (G*K) add nothing; a length below one sweep too."""
+    from feinsum.recipes.testing import check_configuration
+
+    e = canonicalize(specs()["inner"])
+    params = {"K": 64, "G": 8, "unroll_outputs": False}
+    lengths = ({"n0": 1}, {"n0": 300}, {"n0": 4099})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert check_configuration(recipe(), e, params, lengths, cl_queue,
+                                   device=MODELS["h200"].info) is None
+
+
+@pytest.mark.parametrize(("spec", "why"), [
+    (fs.einsum("ij,j->i", fs.array("A", ("M", "N")), fs.array("x", ("N",))), "long"),
+    (fs.einsum("ij,j->i", fs.array("A", (100, "N")), fs.array("x", ("N",))), "output entries"),
+    (fs.einsum("ij,ij->", fs.array("A", (8, 35)), fs.array("B", (8, 35))), "fewer than"),
+    (fs.einsum("ij,ij->", fs.array("A", ("M", "N")), fs.array("B", ("M", "N"))), "several"),
+    (fs.einsum("ij->i", fs.array("A", ("M", 3))), "long"),
+    (fs.einsum("ij->ij", fs.array("A", ("M", 3))), "no reduction"),
+])
+def test_where_it_does_not_apply(spec: fs.BatchedEinsum, why: str) -> None:
+    reason = recipe().applies(canonicalize(spec), MODELS["h200"].info)
+    assert reason is not None and why in reason, reason
+
+
+def test_not_on_cpus_nor_for_other_reductions(cl_device: Any) -> None:
+    from feinsum.devices.opencl import device_info
+
+    dot = canonicalize(specs()["dot"])
+    assert "GPU" in str(recipe().applies(dot, device_info(cl_device)))
+    amax = canonicalize(fs.einsum("j->", fs.array("x", ("N",)), reduction="max"))
+    assert "partial results of sums" in str(recipe().applies(amax, MODELS["h200"].info))
+
+
+def test_two_kernels_and_the_defaults() -> None:
+    """The terms over G groups of K work-items, then one kernel summing the partials; the
+    defaults deal them to at least four work-groups per compute unit."""
+    from feinsum.lowering.kernel import generate_loopy
+
+    e = canonicalize(specs()["dot"])
+    for model in GPU_MODELS:
+        info = MODELS[model].info
+        p = recipe().default(e, info)
+        assert p["G"] >= 4 * info.compute_units and p["K"] <= info.max_work_group_size
+        recipe().space(e, info).validate(p)
+    info = MODELS["h200"].info
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code = lp.generate_code_v2(recipe().apply(
+            generate_loopy(e), {"K": 128, "G": 2048, "unroll_outputs": True}, e,
+            info)).device_code()
+    assert code.count("__kernel") == 2
+    assert "reqd_work_group_size(128, 1, 1)" in code  # the second: min(G, K) work-items
+
+
+def test_the_model_predicts_the_default_near_the_roofline() -> None:
+    """A dot product of 1e7 doubles on the H200 model: generic's default shares it among
+    one work-group (a fraction of a percent of the roofline), split_reduction's deals it to
+    the whole device."""
+    from feinsum.prediction import predict_configuration
+
+    e = canonicalize(specs()["dot"])
+    info = MODELS["h200"].info
+    lengths = {"n0": 10_000_000}
+    generic = next(r for r in fs.recipes() if r.name == "generic")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = predict_configuration(recipe(), e, recipe().default(e, info), "h200", lengths)
+        theirs = predict_configuration(generic, e, generic.default(e, info), "h200", lengths)
+    assert ours.fraction >= 0.5, ours
+    assert theirs.seconds > 20 * ours.seconds, (ours, theirs)
+
+
+def test_the_hook_picks_it_for_dot_products_on_gpus(cl_queue: Any, tmp_path: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program as an array compiler writes it (a dot product and the inner product of
+    two fields) transformed for a GPU model and run on the CPU device: both einsums take
+    split_reduction, the results are numpy's."""
+    from feinsum.hook import clear_cache, transform_program
+
+    monkeypatch.setenv("FEINSUM_CACHE", str(tmp_path / "programs"))
+    clear_cache()
+    t_unit = lp.make_kernel(
+        "{[i, e, j]: 0 <= i < n and 0 <= e < nel and 0 <= j < 35}",
+        """
+        dot = sum(i, x[i] * y[i])  {id=dot}
+        inner = sum((e, j), u[e, j] * v[e, j])  {id=inner}
+        """,
+        [lp.GlobalArg("x,y", np.float64, shape=("n",)),
+         lp.GlobalArg("u,v", np.float64, shape=("nel", 35)),
+         lp.GlobalArg("dot,inner", np.float64, shape=()),
+         lp.ValueArg("n,nel", np.int32)],
+        name="norms", lang_version=(2018, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        new, report = transform_program(t_unit, device=MODELS["h100"].info, db=False)
+    assert sorted(g.recipe for g in report.groups) == ["split_reduction"] * 2, report
+    rng = np.random.default_rng(3)
+    n, nel = 5003, 301
+    arrays = {"x": rng.random(n), "y": rng.random(n), "u": rng.random((nel, 35)),
+              "v": rng.random((nel, 35))}
+    _, got = lp.set_options(new, return_dict=True).executor(cl_queue.context)(
+        cl_queue, **arrays)
+    host = {k: v.get() if hasattr(v, "get") else v for k, v in got.items()}
+    np.testing.assert_allclose(host["dot"], arrays["x"] @ arrays["y"], rtol=1e-12)
+    np.testing.assert_allclose(host["inner"], np.sum(arrays["u"] * arrays["v"]), rtol=1e-12)
