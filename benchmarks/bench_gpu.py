@@ -11,8 +11,8 @@ budget, time the peers installed there, record everything as it goes, print one 
 2. Its roofline, measured (:func:`feinsum.measure_roofline`), beside the model's datasheet
    peaks when there is a model.
 3. Every reference workload of :mod:`feinsum.tuning.workloads` (DG plain and x4, tensor
-   contractions, kernel reductions, the elementwise stand-in; not the block-sparse one:
-   ``bench_kernel_reductions.py``) tuned by :func:`feinsum.autotune` with ``--budget``
+   contractions, kernel reductions, the elementwise and reduction stand-ins; not the
+   block-sparse one: ``bench_kernel_reductions.py``) tuned by :func:`feinsum.autotune` with ``--budget``
    configurations, recorded in the database (``--db``, default ``DIR/bench-gpu.sqlite``; a
    re-run resumes and measures nothing twice), at workloads.md's GPU sizes on a GPU (the
    few-rows workload's 64 rows; 16 on a CPU). ``--lengths gpu``: GPU-sized problems
@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import feinsum as fs  # noqa: E402
 from feinsum.tuning.workloads import workloads  # noqa: E402
 
-FAMILIES = ("dg", "contraction", "kernel", "elementwise")
+FAMILIES = ("dg", "contraction", "kernel", "elementwise", "reduction")
 #: The GPU-sized lengths of ``--lengths gpu`` (symbols not named keep their reference length).
 GPU_LENGTHS = {"E": 1_000_000, "M": 1_000_000, "N": 1_000_000}
 #: A workload whose share of the remaining time is below this (seconds) is skipped.

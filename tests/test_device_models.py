@@ -97,15 +97,15 @@ def _claims() -> list[tuple[str, str, str]]:
 
 
 def test_every_recipe_claims_workloads_on_gpu_models() -> None:
-    """Each GPU recipe claims reference workloads on every model (CPU schemes none; the DG
-    and elementwise recipes none on the Apple model: their workloads are float64, it has
-    no fp64)."""
+    """Each GPU recipe claims reference workloads on every model (CPU schemes none; the DG,
+    elementwise and split-reduction recipes none on the Apple model: their workloads are
+    float64, it has no fp64)."""
     claims = _claims()
     for recipe in ("generic", "contraction", "dg_operator", "dg_transposed", "dg_nodes",
-                   "tiled_1d", "tiled_2d", "tiled_2d_gpu", "elementwise"):
+                   "tiled_1d", "tiled_2d", "tiled_2d_gpu", "elementwise", "split_reduction"):
         for m in MODELS:
-            if recipe in ("dg_operator", "dg_transposed", "dg_nodes", "elementwise") and not (
-                    MODELS[m].info.has_fp64):
+            if recipe in ("dg_operator", "dg_transposed", "dg_nodes", "elementwise",
+                          "split_reduction") and not MODELS[m].info.has_fp64:
                 continue
             assert any(r == recipe and mm == m for r, _, mm in claims), (recipe, m)
     assert not [c for c in claims if c[0] in ("kernel_vec_cpu", "block_sparse")]

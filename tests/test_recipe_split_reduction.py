@@ -95,6 +95,10 @@ def test_not_on_cpus_nor_for_other_reductions(cl_device: Any) -> None:
     assert "GPU" in str(recipe().applies(dot, device_info(cl_device)))
     amax = canonicalize(fs.einsum("j->", fs.array("x", ("N",)), reduction="max"))
     assert "partial results of sums" in str(recipe().applies(amax, MODELS["h200"].info))
+    from feinsum.tuning.workloads import workloads
+
+    few_rows = canonicalize(workloads(gpu=True)["fewrows"].spec)  # the 2D scheme's
+    assert "formula" in str(recipe().applies(few_rows, MODELS["h200"].info))
 
 
 def test_two_kernels_and_the_defaults() -> None:

@@ -32,7 +32,7 @@ from loopy.symbolic import Reduction
 from pymbolic.mapper.substitutor import substitute
 
 from feinsum.spec.model import BatchedEinsum
-from feinsum.toolbox.core import is_fixed, kernel_of
+from feinsum.toolbox.core import has_formula, is_fixed, kernel_of
 from feinsum.toolbox.dense import rewritten_kernel
 
 #: Output entries (all rows) a work-item sums for at most: each is one sweep of its terms
@@ -51,6 +51,8 @@ def split_reason(e: BatchedEinsum) -> str | None:
         return "no reduction"
     if e.reduction != "sum":
         return f"the reduction is {e.reduction!r}: partial results of sums only"
+    if any(has_formula(e, c) for c in range(e.noperands)):
+        return "an operand is a formula (kernel reductions: tiled_2d_gpu)"
     long_out = [i for i in e.out_indices if not is_fixed(e, i)]
     if long_out:
         return (f"the output index {long_out[0]} is long (symbolic): the outputs fill the "

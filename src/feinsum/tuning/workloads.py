@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: The workload families (the recipes that claim each are those whose ``applies`` accepts it).
-FAMILIES = ("dg", "contraction", "kernel", "block_sparse", "elementwise")
+FAMILIES = ("dg", "contraction", "kernel", "block_sparse", "elementwise", "reduction")
 #: The few-rows workload's fixed number of rows (``M``), on CPUs and on GPUs (workloads.md:
 #: enough rows for a GPU's row blocks, still too few for the row-parallel schemes).
 FEW_ROWS = {"cpu": 16, "gpu": 64}
@@ -119,6 +119,17 @@ def _elementwise(out: list[Workload]) -> None:
         {"E": 50_000}, {"E": 261}))
 
 
+def _reductions(out: list[Workload]) -> None:
+    from feinsum import array, einsum
+
+    # not in workloads.md either: split_reduction's stand-in, the inner product of two DG
+    # fields (a squared norm when both are one), a long reduction into one number
+    f64 = "float64"
+    out.append(Workload("inner", "reduction", einsum(
+        "ej,ej->", array("u", ("E", 35), f64), array("v", ("E", 35), f64)),
+        {"E": 1_000_000}, {"E": 261}))
+
+
 def workloads(small: bool = False, families: tuple[str, ...] = FAMILIES, *,
               gpu: bool = False) -> dict[str, Workload]:
     """Every reference workload by name (``small``: the contractions' short axes scaled
@@ -127,7 +138,7 @@ def workloads(small: bool = False, families: tuple[str, ...] = FAMILIES, *,
     out: list[Workload] = []
     builders = {"dg": _dg, "contraction": lambda o: _contractions(o, small),
                 "kernel": lambda o: _kernels(o, gpu), "block_sparse": _block_sparse,
-                "elementwise": _elementwise}
+                "elementwise": _elementwise, "reduction": _reductions}
     for fam in families:
         builders[fam](out)
     return {w.name: w for w in out}
