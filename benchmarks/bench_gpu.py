@@ -12,11 +12,12 @@ budget, time the peers installed there, record everything as it goes, print one 
    peaks when there is a model.
 3. Every reference workload of :mod:`feinsum.tuning.workloads` (DG plain and x4, tensor
    contractions, kernel reductions, the elementwise and reduction stand-ins; not the
-   block-sparse one: ``bench_kernel_reductions.py``) tuned by :func:`feinsum.autotune` with ``--budget``
-   configurations, recorded in the database (``--db``, default ``DIR/bench-gpu.sqlite``; a
-   re-run resumes and measures nothing twice), at workloads.md's GPU sizes on a GPU (the
-   few-rows workload's 64 rows; 16 on a CPU). ``--lengths gpu``: GPU-sized problems
-   (``E``, ``M`` and ``N`` = 1e6); ``quick`` (or ``--quick``): small ones (a smoke test).
+   block-sparse one: ``bench_kernel_reductions.py``) tuned by :func:`feinsum.autotune`
+   with ``--budget`` configurations, recorded in the database (``--db``, default
+   ``DIR/bench-gpu.sqlite``; a re-run resumes and measures nothing twice), at
+   workloads.md's GPU sizes on a GPU (the few-rows workload's 64 rows; 16 on a CPU).
+   ``--lengths gpu``: GPU-sized problems (``E``, ``M`` and ``N`` = 1e6); ``quick`` (or
+   ``--quick``): small ones (a smoke test).
 4. The peers that import (``gpu_peers.py``: numpy, torch on CUDA, chunked for the kernel
    reductions, cupy, pykeops), each bounded in time: timed on a subsample of the long axis
    and scaled when the full size would not fit its bound (the table marks it ``~``), or

@@ -67,7 +67,7 @@ def _rst(rows: list[tuple[str, ...]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", nargs="+", default=["h200"], choices=sorted(MODELS))
-    ap.add_argument("--family", nargs="+", default=["dg", "contraction", "kernel"],
+    ap.add_argument("--family", nargs="+", default=["dg", "contraction", "kernel", "reduction"],
                     choices=FAMILIES)
     ap.add_argument("--workload", nargs="*", help="only these workloads")
     ap.add_argument("--recipe", nargs="*", help="only these recipes")
