@@ -29,6 +29,27 @@ def test_tune_dry_run_on_a_model_without_the_device() -> None:
     assert "generic" in text and "ms" in text and "nothing is measured" in text
 
 
+def test_dry_run_json_stays_json_when_loopy_finds_no_schedule() -> None:
+    """Two of generic's ranked candidates for this einsum are configurations loopy finds no
+    schedule for: they are listed with the reason, and loopy's report of the failure stays
+    off the output (it used to be printed into the JSON)."""
+    p = feinsum("tune", "ik,jk->i", "-s", "i=64,j=N,k=3", "-l", "N=1000000", "--dry-run",
+                "--model", "h200", "--recipe", "generic", "--show", "12", "--json")
+    assert "Sorry" not in p.stdout and "Sorry" not in p.stderr
+    rows = as_json(p)["candidates"]
+    assert [c["why_not"] for c in rows if c["prediction"] is None], rows
+
+
+def test_dry_run_of_a_dot_product_ranks_split_reduction() -> None:
+    text = feinsum("tune", "j,j->", "-s", "j=N", "-l", "N=10000000", "--dry-run", "--model",
+                   "h200", "--show", "1").stdout
+    lines = {ln.split()[0]: ln for ln in text.splitlines() if ln.split()[:1] in (
+        ["generic"], ["split_reduction"])}
+    assert set(lines) == {"generic", "split_reduction"}, text
+    # the names line up: one column width for every recipe
+    assert lines["generic"].index(" 1") == lines["split_reduction"].index(" 1"), text
+
+
 def test_tune_model_errors() -> None:
     p = feinsum("tune", *GEMM, "--dry-run", "--model", "nosuch", check=None)
     assert p.returncode != 0 and "h200" in p.stderr and "Traceback" not in p.stderr

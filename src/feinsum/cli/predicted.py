@@ -99,12 +99,13 @@ def dry_run(args: argparse.Namespace, spec: Any, lengths: dict[str, int]) -> int
     print(f"{spec.subscripts} at {target.lengths} on {info.name}: the first "
           f"{args.show} of each recipe's {pool_size(share)} ranked candidates (nothing is "
           "measured)")
+    width = max((len(c["recipe"]) for c in out), default=0)
     for c in out:
         d = c["prediction"]
         when = ("-" if d is None else f"{d['seconds'] * 1e3:9.4g} ms "
                 f"{d['roofline_fraction']:5.0%} {d['limit']:<8}")
         params = ", ".join(f"{k}={v}" for k, v in c["params"].items())
-        print(f"{c['recipe']:<14} {c['rank']:>2}{'*' if c['default'] else ' '} {when}  "
+        print(f"{c['recipe']:<{width}} {c['rank']:>2}{'*' if c['default'] else ' '} {when}  "
               f"{params}{'' if d else '  (' + c['why_not'] + ')'}")
     print("(* the recipe's default; % of the roofline of the device model)")
     return 0
