@@ -82,6 +82,7 @@ def test_a_long_reduction_past_every_tile(cl_queue: Any) -> None:
     (fs.einsum("ij,ij->", fs.array("A", ("M", "N")), fs.array("B", ("M", "N"))), "several"),
     (fs.einsum("ij->i", fs.array("A", ("M", 3))), "long"),
     (fs.einsum("ij->ij", fs.array("A", ("M", 3))), "no reduction"),
+    (fs.einsum("i,j->", fs.array("x", ("N",)), fs.array("y", (64,))), "no operand holds"),
 ])
 def test_where_it_does_not_apply(spec: fs.BatchedEinsum, why: str) -> None:
     reason = recipe().applies(canonicalize(spec), MODELS["h200"].info)

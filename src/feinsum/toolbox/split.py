@@ -10,7 +10,8 @@ unit idle. :func:`split_kernel` deals the *terms* instead:
   operands that end with them are read at consecutive addresses) and split as
   ``f = (t*G + g)*K + l``: ``G`` work-groups (``g.0``) of ``K`` work-items (``l.0``) sweep
   ``G*K`` consecutive terms at a time, each work-item summing its terms in ``t`` (a term
-  past the end adds zero: no load);
+  past the end adds zero: no load). One operand holds every reduction index, so ``f``
+  stays within the int32 indices of the operands;
 * each work-group sums its ``K`` partial sums by a tree in local memory (loopy's parallel
   reduction) into a ``(G, outputs)`` buffer in global memory, once per output entry (the
   outputs are a loop of the work-item, unrolled or not);
@@ -59,6 +60,9 @@ def split_reason(e: BatchedEinsum) -> str | None:
                 "device (generic, gemm_gpu)")
     if outputs(e) > MAX_OUTPUTS:
         return f"{outputs(e)} output entries, more than {MAX_OUTPUTS}"
+    if not any(set(e.reduction_indices) <= set(idx) for idx in e.in_indices):
+        return ("no operand holds every reduction index (the flat index over the terms "
+                "would outgrow the operands' int32 indices)")
     long_red = [i for i in e.reduction_indices if not is_fixed(e, i)]
     if len(long_red) > 1:
         return f"several long reduction indices ({', '.join(long_red)}): one at most"
@@ -123,7 +127,10 @@ def split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, K: int, G: int,
         red: Any = insn.expression
         dt = e.value_dtype(r)
         body = substitute(red.expr, values)
-        guarded = prim.If(prim.Comparison(f, "<", _total_expr(e)), body, dt.type(0))
+        # f < total, written so that no int32 overflows: the last sweep's f may pass it
+        inside = prim.Comparison(prim.Variable("rt") * (G * K), "<", _total_expr(e) - (
+            prim.Variable("rg") * K + prim.Variable("rl")))
+        guarded = prim.If(inside, body, dt.type(0))
         name = f"part{r}"
         temps.append(lp.TemporaryVariable(
             name, dt, shape=(G, *(int(e.lengths[i]) for i in outs)),
