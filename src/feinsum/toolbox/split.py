@@ -33,7 +33,7 @@ from loopy.symbolic import Reduction
 from pymbolic.mapper.substitutor import substitute
 
 from feinsum.spec.model import BatchedEinsum
-from feinsum.toolbox.core import has_formula, is_fixed, kernel_of
+from feinsum.toolbox.core import dense_only, has_formula, is_fixed, kernel_of
 from feinsum.toolbox.dense import rewritten_kernel
 
 #: Output entries (all rows) a work-item sums for at most: each is one sweep of its terms
@@ -46,8 +46,8 @@ MIN_TERMS = 1 << 14
 
 def split_reason(e: BatchedEinsum) -> str | None:
     """Why the terms of *e* should not be dealt over the device (None: they should)."""
-    if e.block_sparse:
-        return "block-sparse specs need a block-sparse recipe"
+    if dense_only(e) is not None:
+        return dense_only(e)
     if not e.reduction_indices:
         return "no reduction"
     if e.reduction != "sum":
@@ -94,10 +94,6 @@ def _flat_values(e: BatchedEinsum, f: Any) -> dict[str, Any]:
     return out
 
 
-def _total_text(e: BatchedEinsum) -> str:
-    return "*".join(str(e.lengths[i]) for i in e.reduction_indices)
-
-
 def split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, K: int, G: int,
                  unroll_outputs: bool) -> lp.TranslationUnit:
     """The two-kernel program of :mod:`this module <feinsum.toolbox.split>` for the
@@ -107,7 +103,7 @@ def split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, K: int, G: int,
     knl = kernel_of(t_unit)
     rows = [i for i in knl.instructions if isinstance(i, lp.Assignment)]
     outs = list(e.out_indices)
-    total = _total_text(e)
+    total = _total_expr(e)
     syms = sorted({str(e.lengths[i]) for i in e.reduction_indices if not is_fixed(e, i)})
     params = f"[{', '.join(syms)}] -> " if syms else ""
     f = (prim.Variable("rt") * G + prim.Variable("rg")) * K + prim.Variable("rl")
@@ -128,7 +124,7 @@ def split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, K: int, G: int,
         dt = e.value_dtype(r)
         body = substitute(red.expr, values)
         # f < total, written so that no int32 overflows: the last sweep's f may pass it
-        inside = prim.Comparison(prim.Variable("rt") * (G * K), "<", _total_expr(e) - (
+        inside = prim.Comparison(prim.Variable("rt") * (G * K), "<", total - (
             prim.Variable("rg") * K + prim.Variable("rl")))
         guarded = prim.If(inside, body, dt.type(0))
         name = f"part{r}"
@@ -160,6 +156,7 @@ def split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, K: int, G: int,
 
 
 def _total_expr(e: BatchedEinsum) -> Any:
+    """The number of terms: the product of the reduction lengths."""
     total: Any = 1
     for i in e.reduction_indices:
         total = total * _length(e, i)
