@@ -10,6 +10,7 @@ their repositories). Where they are absent these tests skip, saying so; CI sets
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -212,3 +213,35 @@ def test_frozen_programs_get_the_default_schedule_only(cases: Any) -> None:
     assert facts["mode"] == "schedule" and facts["groups"] == 0, facts["report"]
     assert facts["kernels"] == ["scheduled"], facts["report"]
     assert facts["vs_numpy"] <= 1e-12
+
+
+@pytest.mark.parametrize("name", ["einsum", "sum of products", "few long rows"])
+def test_long_reductions_for_a_gpu_model(name: str) -> None:
+    """Inner products and a few long rows times a vector as pytato writes them
+    (``actx.einsum``, ``actx.np.sum(u * v)``), transformed for the H100 model and run on
+    the CPU device: split_reduction deals their terms over the device, and the results
+    are numpy's."""
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+    from feinsum.devices.models import MODELS
+    from feinsum.devices.opencl import get_device, get_queue
+
+    actx = FeinsumPytatoPyOpenCLArrayContext(get_queue(get_device()), feinsum_db=False,
+                                             feinsum_device=MODELS["h100"].info)
+    rng = np.random.default_rng(5)
+    programs = {
+        "einsum": (lambda a, b: actx.einsum("ej,ej->", a, b), (3001, 35), (3001, 35),
+                   lambda a, b: np.vdot(a, b)),
+        "sum of products": (lambda a, b: actx.np.sum(a * b), (3001, 35), (3001, 35),
+                            lambda a, b: np.vdot(a, b)),
+        "few long rows": (lambda a, b: actx.einsum("ij,j->i", a, b), (6, 20011), (20011,),
+                          lambda a, b: a @ b),
+    }
+    fn, sa, sb, ref = programs[name]
+    a, b = rng.random(sa), rng.random(sb)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = actx.to_numpy(actx.compile(fn)(actx.from_numpy(a), actx.from_numpy(b)))
+    report = actx.feinsum_last_report
+    assert [(g.recipe, g.action) for g in report.groups] == [
+        ("split_reduction", "default")], str(report)
+    np.testing.assert_allclose(got, ref(a, b), rtol=1e-12)
