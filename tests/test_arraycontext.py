@@ -215,12 +215,14 @@ def test_frozen_programs_get_the_default_schedule_only(cases: Any) -> None:
     assert facts["vs_numpy"] <= 1e-12
 
 
-@pytest.mark.parametrize("name", ["einsum", "sum of products", "few long rows"])
+@pytest.mark.parametrize("name", ["einsum", "sum of products", "few long rows",
+                                  "largest difference", "smallest entry", "sum of squares"])
 def test_long_reductions_for_a_gpu_model(name: str) -> None:
-    """Inner products and a few long rows times a vector as pytato writes them
-    (``actx.einsum``, ``actx.np.sum(u * v)``), transformed for the H100 model and run on
-    the CPU device: split_reduction deals their terms over the device, and the results
-    are numpy's."""
+    """Inner products, a few long rows times a vector, the largest and smallest entries of
+    a field and a sum of squares as pytato writes them (``actx.einsum``, ``actx.np.sum``,
+    ``actx.np.max``, ``actx.np.min``), transformed for the H100 model and run on the CPU
+    device: split_reduction deals their terms over the device, and the results are
+    numpy's."""
     from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
     from feinsum.devices.models import MODELS
     from feinsum.devices.opencl import get_device, get_queue
@@ -235,6 +237,12 @@ def test_long_reductions_for_a_gpu_model(name: str) -> None:
                             lambda a, b: np.vdot(a, b)),
         "few long rows": (lambda a, b: actx.einsum("ij,j->i", a, b), (6, 20011), (20011,),
                           lambda a, b: a @ b),
+        "largest difference": (lambda a, b: actx.np.max(abs(a - b)), (3001, 35), (3001, 35),
+                               lambda a, b: np.max(abs(a - b))),
+        "smallest entry": (lambda a, b: actx.np.min(a * b), (3001, 35), (3001, 35),
+                           lambda a, b: np.min(a * b)),
+        "sum of squares": (lambda a, b: actx.np.sum(abs(a)**2), (3001, 35), (3001, 35),
+                           lambda a, b: np.sum(abs(a)**2)),
     }
     fn, sa, sb, ref = programs[name]
     a, b = rng.random(sa), rng.random(sb)

@@ -28,6 +28,7 @@ def recipe() -> Any:
 
 def specs() -> dict[str, fs.BatchedEinsum]:
     a = fs.array
+    u = a("u", ("E", 7), "float64")
     return {
         "dot": fs.einsum("j,j->", a("x", ("N",), "float64"), a("y", ("N",), "float64")),
         "inner": fs.einsum("ej,ej->", a("u", ("E", 35), "float64"), a("v", ("E", 35),
@@ -44,6 +45,17 @@ def specs() -> dict[str, fs.BatchedEinsum]:
                                                 a("z", ("N",), "float64")]]),
         "complex": fs.einsum("j,j->", a("x", ("N",), "complex128"),
                              a("y", ("N",), "complex128")),
+        # the largest entry of a negative field: a zero for a term past the end would win
+        "max_of_formula": fs.einsum("ej->", fs.formula("neg", "ej", "-u[e, j]", [u]),
+                                    reduction="max"),
+        # the inputs are positive: a zero for a term past the end would win
+        "min": fs.einsum("j,j->", a("p", ("N",), "int32"), a("q", ("N",), "int32"),
+                         reduction="min"),
+        "squares": fs.einsum("ej->", fs.formula("sq", "ej", "abs(w[e, j])**2", [
+            a("w", ("E", 7), "float32")])),
+        # a formula with a reduction of its own (the squared norm of a vector field)
+        "vector_squares": fs.einsum("ej->", fs.formula("v2", "ej", "sum(d, w[e, j, d]**2)", [
+            a("w", ("E", 7, 3), "float64")])),
     }
 
 
@@ -62,11 +74,13 @@ def test_random_configurations_and_defaults_are_correct(model: str, cl_queue: An
     assert_all_ok(cases)
 
 
-def test_a_long_reduction_past_every_tile(cl_queue: Any) -> None:
-    """Terms past the last full sweep (G*K) add nothing; a length below one sweep too."""
+@pytest.mark.parametrize("name", ["inner", "min", "max_of_formula"])
+def test_a_long_reduction_past_every_tile(name: str, cl_queue: Any) -> None:
+    """Terms past the last full sweep (G*K) add nothing (sums) or repeat the last term
+    (min, max); a length below one sweep too."""
     from feinsum.recipes.testing import check_configuration
 
-    e = canonicalize(specs()["inner"])
+    e = canonicalize(specs()[name])
     params = {"K": 64, "G": 8, "unroll_outputs": False}
     lengths = ({"n0": 1}, {"n0": 300}, {"n0": 4099})
     with warnings.catch_warnings():
@@ -89,17 +103,29 @@ def test_where_it_does_not_apply(spec: fs.BatchedEinsum, why: str) -> None:
     assert reason is not None and why in reason, reason
 
 
-def test_not_on_cpus_nor_for_other_reductions(cl_device: Any) -> None:
+@pytest.mark.parametrize("reduction", ["argmax", "logsumexp"])
+def test_not_on_cpus_nor_for_other_reductions(reduction: str, cl_device: Any) -> None:
     from feinsum.devices.opencl import device_info
 
     dot = canonicalize(specs()["dot"])
     assert "GPU" in str(recipe().applies(dot, device_info(cl_device)))
-    amax = canonicalize(fs.einsum("j->", fs.array("x", ("N",)), reduction="max"))
-    assert "partial results of sums" in str(recipe().applies(amax, MODELS["h200"].info))
+    other = canonicalize(fs.einsum("j->", fs.array("x", ("N",)), reduction=reduction))
+    assert "sum, max, min only" in str(recipe().applies(other, MODELS["h200"].info))
+
+
+def test_kernel_reductions_of_few_rows_stay_with_the_2d_scheme() -> None:
+    """split_reduction applies to the few-rows workload too (64 outputs, a formula
+    operand), but the hook prefers tiled_2d_gpu, whose work-items fold each term into a
+    block of rows."""
+    from feinsum.hook import ordered_recipes
     from feinsum.tuning.workloads import workloads
 
-    few_rows = canonicalize(workloads(gpu=True)["fewrows"].spec)  # the 2D scheme's
-    assert "formula" in str(recipe().applies(few_rows, MODELS["h200"].info))
+    info = MODELS["h200"].info
+    few_rows = canonicalize(workloads(gpu=True)["fewrows"].spec)
+    assert recipe().applies(few_rows, info) is None
+    first = next(r for r in ordered_recipes(fs.recipes()) if not r.has_prepare
+                 and r.applies(few_rows, info) is None)
+    assert first.name == "tiled_2d_gpu"
 
 
 def test_two_kernels_and_the_defaults() -> None:
@@ -123,15 +149,18 @@ def test_two_kernels_and_the_defaults() -> None:
     assert "reqd_work_group_size(128, 1, 1)" in code  # the second: min(G, K) work-items
 
 
-def test_the_model_predicts_the_default_near_the_roofline() -> None:
-    """A dot product of 1e7 doubles on the H200 model: generic's default shares it among
-    one work-group (a fraction of a percent of the roofline), split_reduction's deals it to
-    the whole device."""
+@pytest.mark.parametrize(("name", "length"), [("dot", 10_000_000),
+                                              ("max_of_formula", 1_000_000)])
+def test_the_model_predicts_the_default_near_the_roofline(name: str, length: int) -> None:
+    """A dot product of 1e7 doubles, the largest entry of a field of 1e6 elements, on
+    the H200 model: generic's default shares the reduction among one work-group (a
+    fraction of a percent of the roofline), split_reduction's deals it to the whole
+    device."""
     from feinsum.prediction import predict_configuration
 
-    e = canonicalize(specs()["dot"])
+    e = canonicalize(specs()[name])
     info = MODELS["h200"].info
-    lengths = {"n0": 10_000_000}
+    lengths = {"n0": length}
     generic = next(r for r in fs.recipes() if r.name == "generic")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -143,9 +172,9 @@ def test_the_model_predicts_the_default_near_the_roofline() -> None:
 
 def test_the_hook_picks_it_for_dot_products_on_gpus(cl_queue: Any, tmp_path: Any,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """A program as an array compiler writes it (a dot product and the inner product of
-    two fields) transformed for a GPU model and run on the CPU device: both einsums take
-    split_reduction, the results are numpy's."""
+    """A program as an array compiler writes it (a dot product, the inner product of two
+    fields, their largest difference) transformed for a GPU model and run on the CPU
+    device: the three reductions take split_reduction, the results are numpy's."""
     from feinsum.hook import clear_cache, transform_program
 
     monkeypatch.setenv("FEINSUM_CACHE", str(tmp_path / "programs"))
@@ -155,16 +184,17 @@ def test_the_hook_picks_it_for_dot_products_on_gpus(cl_queue: Any, tmp_path: Any
         """
         dot = sum(i, x[i] * y[i])  {id=dot}
         inner = sum((e, j), u[e, j] * v[e, j])  {id=inner}
+        largest = max((e, j), abs(u[e, j] - v[e, j]))  {id=largest}
         """,
         [lp.GlobalArg("x,y", np.float64, shape=("n",)),
          lp.GlobalArg("u,v", np.float64, shape=("nel", 35)),
-         lp.GlobalArg("dot,inner", np.float64, shape=()),
+         lp.GlobalArg("dot,inner,largest", np.float64, shape=()),
          lp.ValueArg("n,nel", np.int32)],
         name="norms", lang_version=(2018, 2))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         new, report = transform_program(t_unit, device=MODELS["h100"].info, db=False)
-    assert sorted(g.recipe for g in report.groups) == ["split_reduction"] * 2, report
+    assert sorted(g.recipe for g in report.groups) == ["split_reduction"] * 3, report
     rng = np.random.default_rng(3)
     n, nel = 5003, 301
     arrays = {"x": rng.random(n), "y": rng.random(n), "u": rng.random((nel, 35)),
@@ -174,3 +204,4 @@ def test_the_hook_picks_it_for_dot_products_on_gpus(cl_queue: Any, tmp_path: Any
     host = {k: v.get() if hasattr(v, "get") else v for k, v in got.items()}
     np.testing.assert_allclose(host["dot"], arrays["x"] @ arrays["y"], rtol=1e-12)
     np.testing.assert_allclose(host["inner"], np.sum(arrays["u"] * arrays["v"]), rtol=1e-12)
+    assert host["largest"] == np.max(np.abs(arrays["u"] - arrays["v"]))

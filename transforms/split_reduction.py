@@ -1,6 +1,7 @@
-"""split_reduction: a long reduction into few outputs on GPUs (dot products, norms, a few
-long rows times a vector): ``G`` work-groups of ``K`` work-items deal the terms, flattened
-over the reduction indices; a tree per work-group and a second kernel sum the partials
+"""split_reduction: a long reduction into few outputs on GPUs (dot products, norms, the
+largest or smallest entry of a field, a few long rows times a vector): ``G`` work-groups
+of ``K`` work-items deal the terms, flattened over the reduction indices (``sum``, ``max``
+or ``min``); a tree per work-group and a second kernel combine the partials
 (:mod:`feinsum.toolbox.split`). ``unroll_outputs``: the work-item's loop over the output
 entries unrolled. GPUs only: on a CPU, generic shares a reduction among the cores.
 """
@@ -35,12 +36,13 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
 
 
 def _apply(t_unit: Any, params: dict[str, Any], e: Any, device: Any) -> Any:
-    """Terms dealt over G work-groups of K work-items, partials summed by a tree per group
-    and a second kernel."""
+    """Terms dealt over G work-groups of K work-items, partials combined by a tree per
+    group and a second kernel."""
     return ts.split_kernel(t_unit, e, params["K"], params["G"], params["unroll_outputs"])
 
 
 RECIPE = Recipe(
     "split_reduction", applies=_applies, space=_space, default=_default, apply=_apply,
-    description="A long reduction into few outputs on GPUs: the terms dealt over the whole "
-    "device, partials summed by a tree per work-group and a second kernel.")
+    description="A long reduction (sum, max, min) into few outputs on GPUs: the terms dealt "
+    "over the whole device, partials combined by a tree per work-group and a second "
+    "kernel.")

@@ -1,7 +1,9 @@
 """A long reduction into few outputs on GPUs: the terms dealt over the whole device.
 
-A dot product (``j,j->``), a norm or inner product of fields (``ej,ej->``), a product of a
-few long rows with a vector (``ij,j->i``, ``i`` short): the outputs are too few to give
+A dot product (``j,j->``), a norm or inner product of fields (``ej,ej->``, or ``ej->``
+over a formula such as ``abs(u)**2``), the largest or smallest entry of a field (a
+``max`` or ``min`` reduction: norms, time-step limits), a product of a few long rows with
+a vector (``ij,j->i``, ``i`` short): the outputs are too few to give
 the work-items of a GPU one each, so :mod:`feinsum.toolbox.core`'s schedules (outputs on
 the work-items, the reduction shared by one work-group at most) leave all but one compute
 unit idle. :func:`split_kernel` deals the *terms* instead:
@@ -9,15 +11,20 @@ unit idle. :func:`split_kernel` deals the *terms* instead:
 * the reduction indices are flattened into one index ``f`` in their order (C order: the
   operands that end with them are read at consecutive addresses) and split as
   ``f = (t*G + g)*K + l``: ``G`` work-groups (``g.0``) of ``K`` work-items (``l.0``) sweep
-  ``G*K`` consecutive terms at a time, each work-item summing its terms in ``t`` (a term
-  past the end adds zero: no load). One operand holds every reduction index, so ``f``
-  stays within the int32 indices of the operands;
-* each work-group sums its ``K`` partial sums by a tree in local memory (loopy's parallel
-  reduction) into a ``(G, outputs)`` buffer in global memory, once per output entry (the
-  outputs are a loop of the work-item, unrolled or not);
-* a second device kernel (after a global barrier) sums the ``G`` partials of each output
-  entry, one work-group per entry of the first output index: ``min(G, K)`` work-items,
-  each summing ``G/min(G, K)`` partials, then a tree.
+  ``G*K`` consecutive terms at a time, each work-item reducing its terms in ``t`` (a term
+  past the end adds zero to a sum, without a load; for ``max`` and ``min``, which are
+  idempotent, it repeats the last term). One operand holds every reduction index, so
+  ``f`` stays within the int32 indices of the operands;
+* each work-group reduces its ``K`` partial results by a tree in local memory (loopy's
+  parallel reduction) into a ``(G, outputs)`` buffer in global memory, once per output
+  entry (the outputs are a loop of the work-item, unrolled or not);
+* a second device kernel (after a global barrier) reduces the ``G`` partials of each
+  output entry, one work-group per entry of the first output index: ``min(G, K)``
+  work-items, each reducing ``G/min(G, K)`` partials, then a tree.
+
+Formula operands are evaluated per term, as the reference kernel does. A kernel reduction
+of few rows (a formula of i- and j-variables) fits too, but the hook prefers
+``tiled_2d_gpu``, whose work-items fold each term into a block of rows.
 
 The other rows of a batched einsum do the same in the same two kernels.
 """
@@ -33,9 +40,11 @@ from loopy.symbolic import Reduction
 from pymbolic.mapper.substitutor import substitute
 
 from feinsum.spec.model import BatchedEinsum
-from feinsum.toolbox.core import dense_only, has_formula, is_fixed, kernel_of
+from feinsum.toolbox.core import dense_only, is_fixed, kernel_of
 from feinsum.toolbox.dense import rewritten_kernel
 
+#: The reductions whose partial results combine as the terms do.
+REDUCTIONS = ("sum", "max", "min")
 #: Output entries (all rows) a work-item sums for at most: each is one sweep of its terms
 #: and one tree, in sequence.
 MAX_OUTPUTS = 64
@@ -50,10 +59,9 @@ def split_reason(e: BatchedEinsum) -> str | None:
         return dense_only(e)
     if not e.reduction_indices:
         return "no reduction"
-    if e.reduction != "sum":
-        return f"the reduction is {e.reduction!r}: partial results of sums only"
-    if any(has_formula(e, c) for c in range(e.noperands)):
-        return "an operand is a formula (kernel reductions: tiled_2d_gpu)"
+    if e.reduction not in REDUCTIONS:
+        return (f"the reduction is {e.reduction!r}: partial results of "
+                f"{', '.join(REDUCTIONS)} only")
     long_out = [i for i in e.out_indices if not is_fixed(e, i)]
     if long_out:
         return (f"the output index {long_out[0]} is long (symbolic): the outputs fill the "
@@ -111,33 +119,38 @@ def split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, K: int, G: int,
     sweep = {i: prim.Variable(f"{i}_p") for i in outs}
     final = {i: prim.Variable(f"{i}_f") for i in outs}
     lanes = min(G, K)
+    op = e.reduction
     domains = [f"{params}{{[rg, rl, rt]: 0 <= rg < {G} and 0 <= rl < {K} and 0 <= rt "
                f"and rt*{G * K} < {total}}}",
                f"{{[gl, gs]: 0 <= gl < {lanes} and 0 <= gs < {G // lanes}}}",
                *(f"{{[{v.name}]: 0 <= {v.name} < {e.lengths[i]}}}"
                  for i in outs for v in (sweep[i], final[i]))]
+    domains += _feature_domains(knl, e)
     temps: list[Any] = []
     insns: list[Any] = []
     values: dict[Any, Any] = {**flat, **sweep}
     for r, insn in enumerate(rows):
         red: Any = insn.expression
         dt = e.value_dtype(r)
-        body = substitute(red.expr, values)
         # f < total, written so that no int32 overflows: the last sweep's f may pass it
         inside = prim.Comparison(prim.Variable("rt") * (G * K), "<", total - (
             prim.Variable("rg") * K + prim.Variable("rl")))
-        guarded = prim.If(inside, body, dt.type(0))
+        if e.reduction == "sum":  # a term past the end adds zero, without a load
+            guarded = prim.If(inside, substitute(red.expr, values), dt.type(0))
+        else:  # min and max are idempotent: a term past the end repeats the last
+            last = {**_flat_values(e, prim.If(inside, f, total - 1)), **sweep}
+            guarded = substitute(red.expr, last)
         name = f"part{r}"
         temps.append(lp.TemporaryVariable(
             name, dt, shape=(G, *(int(e.lengths[i]) for i in outs)),
             address_space=lp.AddressSpace.GLOBAL))
         insns.append(lp.Assignment(
             prim.Subscript(prim.Variable(name), (prim.Variable("rg"), *sweep.values())),
-            Reduction("sum", ("rl",), Reduction("sum", ("rt",), guarded)),
+            Reduction(op, ("rl",), Reduction(op, ("rt",), guarded)),
             id=f"part_{r}", within_inames=frozenset({"rg", *(v.name for v in sweep.values())})))
         insns.append(lp.Assignment(
             substitute(insn.assignee, final),
-            Reduction("sum", ("gl",), Reduction("sum", ("gs",), prim.Subscript(
+            Reduction(op, ("gl",), Reduction(op, ("gs",), prim.Subscript(
                 prim.Variable(name), (prim.Variable("gs") * lanes + prim.Variable("gl"),
                                       *final.values())))),
             id=f"sum_{r}", depends_on=frozenset({"gbarrier"}),
@@ -153,6 +166,20 @@ def split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, K: int, G: int,
         tags.update({v.name: "unr" for v in sweep.values()})
     new = lp.tag_inames(new, tags)
     return lp.set_options(new, enforce_variable_access_ordered="no_check")
+
+
+def _feature_domains(knl: lp.LoopKernel, e: BatchedEinsum) -> list[Any]:
+    """The reference kernel's domains of the formulas' feature indices (a reduction inside
+    a formula, as ``sum(d, (x[i,d] - y[j,d])**2)``), the einsum's indices projected out."""
+    import islpy as isl
+
+    indices = {i for idx in (*e.in_indices, e.out_indices) for i in idx}
+    out = []
+    for dom in knl.domains:
+        names = set(dom.get_var_names(isl.dim_type.set)) - indices
+        if names:
+            out.append(dom.project_out_except(sorted(names), [isl.dim_type.set]))
+    return out
 
 
 def _total_expr(e: BatchedEinsum) -> Any:
