@@ -216,13 +216,15 @@ def test_frozen_programs_get_the_default_schedule_only(cases: Any) -> None:
 
 
 @pytest.mark.parametrize("name", ["einsum", "sum of products", "few long rows",
-                                  "largest difference", "smallest entry", "sum of squares"])
+                                  "largest difference", "smallest entry", "sum of squares",
+                                  "vdot", "norm of a flattened field"])
 def test_long_reductions_for_a_gpu_model(name: str) -> None:
     """Inner products, a few long rows times a vector, the largest and smallest entries of
-    a field and a sum of squares as pytato writes them (``actx.einsum``, ``actx.np.sum``,
-    ``actx.np.max``, ``actx.np.min``), transformed for the H100 model and run on the CPU
-    device: split_reduction deals their terms over the device, and the results are
-    numpy's."""
+    a field, a sum of squares, ``vdot`` and the norm of a flattened field as pytato writes
+    them (``actx.einsum``, ``actx.np.sum``, ``actx.np.max``, ``actx.np.min``,
+    ``actx.np.vdot``, ``actx.np.linalg.norm``: the last two read the arrays through a flat
+    index), transformed for the H100 model and run on the CPU device: split_reduction deals
+    their terms over the device, and the results are numpy's."""
     from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
     from feinsum.devices.models import MODELS
     from feinsum.devices.opencl import get_device, get_queue
@@ -243,6 +245,12 @@ def test_long_reductions_for_a_gpu_model(name: str) -> None:
                            lambda a, b: np.min(a * b)),
         "sum of squares": (lambda a, b: actx.np.sum(abs(a)**2), (3001, 35), (3001, 35),
                            lambda a, b: np.sum(abs(a)**2)),
+        # pytato flattens these: one index over both axes, u[(f % 105035) // 35, f % 35]
+        "vdot": (lambda a, b: actx.np.vdot(a, b), (3001, 35), (3001, 35),
+                 lambda a, b: np.vdot(a, b)),
+        "norm of a flattened field": (lambda a, b: actx.np.linalg.norm(a.reshape(-1), 2),
+                                      (3001, 35), (3001, 35),
+                                      lambda a, b: np.linalg.norm(a)),
     }
     fn, sa, sb, ref = programs[name]
     a, b = rng.random(sa), rng.random(sb)

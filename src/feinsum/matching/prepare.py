@@ -12,6 +12,8 @@ time, each returning a new kernel (as loopy's transformations do):
   unconditional statement assigns an integer constant becomes that constant;
 * :func:`remove_unit_loops`: a loop that runs exactly once (``r = 0``, ``0 <= r < 1``)
   becomes its index value (``sum(r, f(r))`` over one value is ``f(0)``);
+* :func:`~feinsum.matching.unflatten.unflatten_loops`: a loop over the flat index of a
+  reshaped array (``u[(f % 35E) // 35, f % 35]``) becomes one loop per axis;
 * :func:`~feinsum.matching.split.split_reductions`: a reduction inside an elementwise
   expression (or inside another reduction) moves to a statement of its own writing a
   global temporary, which the expression then reads;
@@ -62,9 +64,10 @@ def prepare_kernel(knl: lp.LoopKernel) -> Prepared:
         promote_private_results,
         split_reductions,
     )
+    from feinsum.matching.unflatten import unflatten_loops
 
     changes: list[str] = []
-    for step in (inline_constant_bounds, remove_unit_loops, split_reductions,
+    for step in (inline_constant_bounds, remove_unit_loops, unflatten_loops, split_reductions,
                  materialize_operands, promote_private_results):
         knl, done = step(knl)
         changes.extend(done)

@@ -176,7 +176,7 @@ def _feature_domains(knl: lp.LoopKernel, e: BatchedEinsum) -> list[Any]:
     indices = {i for idx in (*e.in_indices, e.out_indices) for i in idx}
     out = []
     for dom in knl.domains:
-        names = set(dom.get_var_names(isl.dim_type.set)) - indices
+        names = {str(n) for n in dom.get_var_names(isl.dim_type.set)} - indices
         if names:
             out.append(dom.project_out_except(sorted(names), [isl.dim_type.set]))
     return out
