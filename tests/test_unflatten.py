@@ -78,3 +78,23 @@ def test_a_tagged_loop_is_left_alone() -> None:
     t_unit = lp.tag_inames(flat_kernel(VDOT, 105, {"u": (3, 35), "v": (3, 35)}), {"f": "unr"})
     knl = t_unit.default_entrypoint
     assert unflatten_loops(knl) == (knl, [])
+
+
+def test_a_rewrite_that_fails_leaves_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    """prepare_kernel goes on without a rewrite that raises on a kernel, and says so."""
+    import feinsum.matching.unflatten as unflatten
+
+    def unflatten_loops(knl: Any) -> Any:
+        raise RuntimeError("an expression it does not know")
+
+    monkeypatch.setattr(unflatten, "unflatten_loops", unflatten_loops)
+    t_unit = lp.make_kernel(
+        ["{ [r] : 0 <= r < 1 }", "{ [f] : 0 <= f < 105 }"],
+        "out = sum(f, u[((0 + f*1) % 105) // 35, ((0 + f*1) % 35) // 1] * w[r])",
+        [lp.GlobalArg("u", np.float64, shape=(3, 35)), lp.GlobalArg("w", np.float64, shape=(1,)),
+         lp.GlobalArg("out", np.float64, shape=())], lang_version=(2018, 2))
+    prepared = prepare_kernel(t_unit.default_entrypoint)
+    assert any(c.startswith("unflatten_loops not applied (RuntimeError: an expression")
+               for c in prepared.changes), prepared.changes
+    assert any("loops that run once" in c for c in prepared.changes), prepared.changes
+    assert "r" not in prepared.kernel.all_inames()

@@ -58,7 +58,8 @@ class Prepared:
 
 
 def prepare_kernel(knl: lp.LoopKernel) -> Prepared:
-    """Apply every rewrite of this module to *knl* (see the module docstring)."""
+    """Apply every rewrite of this module to *knl* (see the module docstring); a rewrite
+    that fails on the kernel is left out (the changes say so), the others still apply."""
     from feinsum.matching.split import (
         materialize_operands,
         promote_private_results,
@@ -69,7 +70,10 @@ def prepare_kernel(knl: lp.LoopKernel) -> Prepared:
     changes: list[str] = []
     for step in (inline_constant_bounds, remove_unit_loops, unflatten_loops, split_reductions,
                  materialize_operands, promote_private_results):
-        knl, done = step(knl)
+        try:
+            knl, done = step(knl)
+        except Exception as exc:  # a kernel this rewrite does not know: the others go on
+            done = [f"{step.__name__} not applied ({type(exc).__name__}: {exc})"]
         changes.extend(done)
     return Prepared(knl, tuple(changes))
 
