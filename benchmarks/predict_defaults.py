@@ -2,7 +2,7 @@
 
     python benchmarks/predict_defaults.py [--model h200 h100 ...] [--family dg ...]
                                           [--workload NAME ...] [--recipe NAME ...]
-                                          [--rst FILE]
+                                          [--rst FILE] [--sample N [--seed S]]
 
 For every reference workload (:func:`feinsum.tuning.workloads.workloads`, at its
 ``workloads.md`` GPU lengths: the few-rows workload's 64 rows), every device model given
@@ -14,15 +14,23 @@ applicable one in :data:`feinsum.hook.PREFERENCE`) is marked ``*``. This is how 
 schedules are judged in a session without a GPU; ``benchmarks/bench_gpu.py`` measures them
 when one is lent. Rows are printed as they are predicted (a default takes 1-50 s).
 
-``--rst FILE`` also writes the table as reStructuredText (for the docs).
+``--rst FILE`` also writes the table as reStructuredText (for the docs). ``--sample N``
+checks that each default is the best schedule the model knows of: it also predicts ``N``
+random valid configurations of each recipe (seeded, the same every run) and adds the
+best of them, and the default's time over the best's (above 1: the model prefers a
+configuration the default is not; configurations that cannot be generated or predicted
+are counted, not ranked).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+import warnings
 from pathlib import Path
+from typing import Any
 
 import feinsum
 from feinsum.devices.models import MODELS
@@ -31,6 +39,28 @@ from feinsum.prediction import predict_configuration
 from feinsum.tuning.workloads import FAMILIES, workloads
 
 HEADER = ("workload", "model", "recipe", "predicted", "roofline", "bound by")
+SAMPLED = ("best sampled", "default / best", "best configuration", "not predicted")
+
+
+def _best_sampled(r: Any, spec: Any, info: Any, model: str, lengths: Any, n: int,
+                  seed: int) -> tuple[float | None, dict[str, Any] | None, int]:
+    """The best predicted of *n* random valid configurations: seconds, configuration, and
+    how many could not be generated or predicted."""
+    space = r.space(spec, info)
+    best: tuple[float | None, dict[str, Any] | None] = (None, None)
+    failed = 0
+    configs = space.sample(seed, n=n)
+    for config in configs:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                p = predict_configuration(r, spec, dict(config), model, lengths)
+        except feinsum.FeinsumError:
+            failed += 1
+            continue
+        if best[0] is None or p.seconds < best[0]:
+            best = (p.seconds, dict(config))
+    return best[0], best[1], failed
 
 
 def _rows(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -50,18 +80,26 @@ def _rows(args: argparse.Namespace):  # type: ignore[no-untyped-def]
                     continue
                 p = predict_configuration(r, spec, r.default(spec, info), model, lengths)
                 mark = "*" if r.name == hook_pick else ""
-                yield (w.name, model, r.name + mark, f"{p.seconds * 1e3:.4g} ms",
-                       f"{p.fraction:.0%}", p.limit)
+                row: tuple[str, ...] = (w.name, model, r.name + mark,
+                                        f"{p.seconds * 1e3:.4g} ms", f"{p.fraction:.0%}",
+                                        p.limit)
+                if args.sample:
+                    t, config, failed = _best_sampled(r, spec, info, model, lengths,
+                                                      args.sample, args.seed)
+                    row += ((f"{t * 1e3:.4g} ms", f"{p.seconds / t:.2f}",
+                             json.dumps(config, sort_keys=True), str(failed))
+                            if t is not None else ("-", "-", "-", str(failed)))
+                yield row
 
 
-def _rst(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[k]) for r in [HEADER, *rows]) for k in range(len(HEADER))]
+def _rst(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[k]) for r in [header, *rows]) for k in range(len(header))]
     rule = "  ".join("=" * n for n in widths)
 
     def line(r: tuple[str, ...]) -> str:
         return "  ".join(c.ljust(n) for c, n in zip(r, widths, strict=True)).rstrip()
 
-    return "\n".join([rule, line(HEADER), rule, *map(line, rows), rule, ""])
+    return "\n".join([rule, line(header), rule, *map(line, rows), rule, ""])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,9 +110,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workload", nargs="*", help="only these workloads")
     ap.add_argument("--recipe", nargs="*", help="only these recipes")
     ap.add_argument("--rst", type=Path, help="write the table (reStructuredText) here")
+    ap.add_argument("--sample", type=int, default=0, metavar="N",
+                    help="also predict N random valid configurations of each recipe and "
+                    "give the best")
+    ap.add_argument("--seed", type=int, default=0, help="seed of --sample")
     args = ap.parse_args(argv)
+    if args.sample < 0:
+        ap.error(f"--sample {args.sample}: give a number of configurations, 0 or more")
+    header = HEADER + (SAMPLED if args.sample else ())
     rows: list[tuple[str, ...]] = []
-    print("\t".join(HEADER), flush=True)
+    print("\t".join(header), flush=True)
     t0 = time.perf_counter()
     for row in _rows(args):
         rows.append(row)
@@ -82,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {len(rows)} predictions in {time.perf_counter() - t0:.0f} s; * = the hook's "
           "pick with an empty database", file=sys.stderr)
     if args.rst:
-        args.rst.write_text(_rst(rows))
+        args.rst.write_text(_rst(header, rows))
     return 0
 
 
