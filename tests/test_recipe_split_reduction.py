@@ -205,3 +205,25 @@ def test_the_hook_picks_it_for_dot_products_on_gpus(cl_queue: Any, tmp_path: Any
     np.testing.assert_allclose(host["dot"], arrays["x"] @ arrays["y"], rtol=1e-12)
     np.testing.assert_allclose(host["inner"], np.sum(arrays["u"] * arrays["v"]), rtol=1e-12)
     assert host["largest"] == np.max(np.abs(arrays["u"] - arrays["v"]))
+
+
+@pytest.mark.parametrize("reduction", ["max", "min"])
+def test_max_and_min_propagate_nan_as_the_specification_does(reduction: str,
+                                                             cl_queue: Any) -> None:
+    """feinsum's max and min propagate NaN (numpy's semantics; OpenCL's fmax/fmin
+    would drop it): a NaN among the terms of one work-item, of one work-group, is the
+    result; without it the result is numpy's."""
+    e = canonicalize(fs.einsum("j->", fs.array("x", ("N",), "float64"), reduction=reduction))
+    from feinsum.lowering.kernel import generate_loopy
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t_unit = recipe().apply(generate_loopy(e), {"K": 64, "G": 16, "unroll_outputs": False},
+                                e, MODELS["h200"].info)
+        run = t_unit.executor(cl_queue.context)
+        x = np.random.default_rng(2).random(5000)
+        _, (clean,) = run(cl_queue, **{e.arrays[0].name: x})
+        x[3777] = np.nan
+        _, (got,) = run(cl_queue, **{e.arrays[0].name: x})
+    assert np.asarray(clean) == getattr(np, reduction)(np.delete(x, 3777))
+    assert np.isnan(np.asarray(got))

@@ -119,7 +119,6 @@ def split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, K: int, G: int,
     sweep = {i: prim.Variable(f"{i}_p") for i in outs}
     final = {i: prim.Variable(f"{i}_f") for i in outs}
     lanes = min(G, K)
-    op = e.reduction
     domains = [f"{params}{{[rg, rl, rt]: 0 <= rg < {G} and 0 <= rl < {K} and 0 <= rt "
                f"and rt*{G * K} < {total}}}",
                f"{{[gl, gs]: 0 <= gl < {lanes} and 0 <= gs < {G // lanes}}}",
@@ -131,6 +130,7 @@ def split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, K: int, G: int,
     values: dict[Any, Any] = {**flat, **sweep}
     for r, insn in enumerate(rows):
         red: Any = insn.expression
+        op = red.operation  # the reference's: feinsum's max and min propagate NaN
         dt = e.value_dtype(r)
         # f < total, written so that no int32 overflows: the last sweep's f may pass it
         inside = prim.Comparison(prim.Variable("rt") * (G * K), "<", total - (
