@@ -133,6 +133,23 @@ def _flat_length(knl: lp.LoopKernel, f: str) -> int | None:
     return n if n > 1 and dom.is_equal(box) else None
 
 
+def _in_digits(knl: lp.LoopKernel) -> set[str]:
+    """The names read inside a ``%`` or ``//`` of some statement (the only loops worth a
+    look: a large kernel has many)."""
+    from loopy.symbolic import get_dependencies
+
+    from feinsum.spec.formulas import walk
+
+    found: set[str] = set()
+    for insn in knl.instructions:
+        if hasattr(insn, "expression"):
+            for expr in (insn.expression, *insn.assignees, *insn.predicates):
+                for sub in walk(expr):
+                    if isinstance(sub, (prim.FloorDiv, prim.Remainder)):
+                        found |= {str(n) for n in get_dependencies(sub)}
+    return found
+
+
 def unflatten_loops(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str]]:
     """Each untagged loop over a flat index whose every use is a digit of one mixed-radix
     split (see the module docstring) becomes one loop per digit."""
@@ -144,7 +161,7 @@ def unflatten_loops(knl: lp.LoopKernel) -> tuple[lp.LoopKernel, list[str]]:
     in_rules = {v.name for r in knl.substitutions.values() for v in walk(r.expression)
                 if isinstance(v, prim.Variable)}
     changes = []
-    for f in sorted(knl.all_inames()):
+    for f in sorted(knl.all_inames() & _in_digits(knl)):
         if f in in_rules or knl.iname_tags(f) or any(
                 f in i.within_inames for i in knl.instructions if not hasattr(i, "expression")):
             continue
