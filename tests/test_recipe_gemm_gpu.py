@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -203,6 +204,21 @@ def test_defaults_from_the_device() -> None:
     # 4096-long reduction in 4 for 2 x 132 work-groups
     assert r.default(ref["two_index"], h100)["split"] == 4
     assert r.default(ref["ttm"], h100)["split"] == 1  # 4096 blocks already
+
+    def tile(p: dict[str, Any]) -> tuple[int, ...]:
+        return (p["lx"], p["ly"], p["px"], p["py"], p["vw"])
+
+    # 8 x 8 tiles in 64 x 128 blocks where their groups take no more waves than 4 x 4's
+    # (half the local loads per FMA): ttm's 2048 blocks, two_index's 32 blocks split in 4
+    # (128 groups, one wave of the H100's 132 SMs) -- not on the MI300X's 304 CUs, where
+    # 4 x 4 blocks split in 4 are one wave too; and not for a 512^2 output of its own
+    big, small = (16, 8, 8, 8, 4), (16, 16, 4, 4, 4)
+    assert tile(r.default(ref["ttm"], h100)) == big
+    assert tile(r.default(ref["two_index"], h100)) == big
+    assert tile(r.default(ref["gemm"], h100)) == small
+    mi300x = get_model("mi300x")
+    assert tile(r.default(ref["ttm"], mi300x)) == big
+    assert tile(r.default(ref["two_index"], mi300x)) == small
     # a device with 128 registers per work-item: 4 x 4 float64 tiles still fit
     f64 = canonicalize(specs("float64")["gemm"])
     low = get_model("max1550")
