@@ -271,6 +271,33 @@ def test_too_little_work_is_left_to_the_default_schedule(cl_device: Any) -> None
                                rtol=1e-12)
 
 
+@pytest.mark.parametrize(("n", "action"), [(50_000, "default"), (60, "skipped")])
+def test_few_flops_in_long_sums_get_a_kernel_on_a_gpu(n: int, action: str,
+                                                      cl_queue: Any) -> None:
+    """On a GPU the default schedule sums an output entry's terms on one work-item, in
+    sequence: the minimum of 50,000 values (50,000 flops) gets a kernel of its own there
+    (split_reduction), that of 60 values does not; on a CPU both are too little work."""
+    from feinsum.devices.models import MODELS
+    from feinsum.hook import transform_program
+
+    t = lp.make_kernel(f"{{[i]: 0 <= i < {n}}}", "out = min(i, x[i])",
+                       [lp.GlobalArg("x", np.float64, shape=(n,)),
+                        lp.GlobalArg("out", np.float64, shape=())],
+                       name="smallest", lang_version=(2018, 2))
+    new, rep = transform_program(t, device=MODELS["h100"].info, db=False)
+    (g,) = rep.groups
+    assert g.action == action, str(rep)
+    if action == "skipped":
+        assert "too little work" in g.note
+    else:
+        assert g.recipe == "split_reduction"
+        x = np.random.default_rng(4).random(n)
+        _, (got,) = new.executor(cl_queue.context)(cl_queue, x=x)
+        assert np.asarray(got.get() if hasattr(got, "get") else got) == x.min()
+    _, on_cpu = transform_program(t, device=cl_queue.device, db=False)
+    assert [g.action for g in on_cpu.groups] == ["skipped"]
+
+
 def test_code_budget_refusal(cl_device: Any) -> None:
     """A default that would unroll 16,384 statements is not applied, and the report says
     why; the hook finishes quickly and the kernel runs."""

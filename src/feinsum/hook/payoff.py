@@ -5,7 +5,11 @@ the hook will not do"):
 
 * an einsum with less than :data:`MIN_EINSUM_FLOPS` of work (a 3x3 metric term on a few
   hundred elements) is not worth a device kernel and global barriers of its own: it is left
-  to the default schedule with the statements around it (:func:`too_little_work`);
+  to the default schedule with the statements around it (:func:`too_little_work`) -- on a
+  CPU; on other devices only if each output entry also sums at most
+  :data:`MAX_SERIAL_TERMS` terms, since the default schedule gives an output entry's terms
+  to one work-item, in sequence (the minimum of 50,000 values is 50,000 flops, and
+  milliseconds on one work-item of a GPU);
 * a transformed einsum whose code, counted in statements after loopy unrolls
   (:func:`unrolled_statements`), exceeds :data:`PART_CODE_LIMIT` is refused, and the next
   candidate tried (the generic default unrolls every short reduction loop: a chain of five
@@ -43,6 +47,10 @@ if TYPE_CHECKING:
 #: Flops below which an einsum is left to the default schedule (about 10 us of one core,
 #: what a device kernel launch and a global barrier cost).
 MIN_EINSUM_FLOPS = 100_000
+#: Terms of one output entry a work-item of a GPU sums in sequence in the time of a kernel
+#: launch and a global barrier (about 10 us at :data:`UNTRANSFORMED_RATE`'s 1e7 a
+#: second): an einsum with more per entry gets a kernel of its own however few its flops.
+MAX_SERIAL_TERMS = 100
 #: Statements (after unrolling) one transformed einsum may generate.
 PART_CODE_LIMIT = 4096
 #: The transformed program: at most this many times the untransformed program's
@@ -81,10 +89,29 @@ def einsum_flops(m: Match, lengths: Iterable[tuple[str, int]] = ()) -> int | Non
         return None
 
 
-def too_little_work(flops: int | None) -> str | None:
-    """Why a group of *flops* (:func:`einsum_flops`) is not worth a kernel of its own
-    (None: it is)."""
+def serial_terms(m: Match, lengths: Iterable[tuple[str, int]] = ()) -> int | None:
+    """The terms of one output entry of group *m* (the product of its reduction lengths)
+    at the kernel's lengths and *lengths*; None when a length is known only at run time."""
+    e = m.einsum
+    known = dict(lengths)
+    terms = 1
+    for i in e.reduction_indices:
+        n = e.lengths[i]
+        value = n if isinstance(n, int) else known.get(str(n))
+        if value is None:
+            return None
+        terms *= int(value)
+    return terms
+
+
+def too_little_work(flops: int | None, terms: int | None = None, cpu: bool = True
+                    ) -> str | None:
+    """Why a group of *flops* (:func:`einsum_flops`) whose output entries sum *terms*
+    each (:func:`serial_terms`) is not worth a kernel of its own on a CPU (*cpu*) or
+    another device (None: it is)."""
     if flops is None or flops >= MIN_EINSUM_FLOPS:
+        return None
+    if not cpu and (terms is None or terms > MAX_SERIAL_TERMS):
         return None
     return (f"too little work for a kernel of its own ({flops:,} flops < "
             f"{MIN_EINSUM_FLOPS:,}): left to the default schedule")

@@ -192,14 +192,14 @@ class Planner:
         planned): too little work, or the time budget spent (:mod:`feinsum.hook.payoff`)."""
         import time
 
-        from feinsum.hook.payoff import einsum_flops, too_little_work
+        from feinsum.hook.payoff import einsum_flops, serial_terms, too_little_work
 
         if self.deadline is not None and time.perf_counter() > self.deadline:
             return ("the transformation's time budget is spent: left to the default "
                     "schedule")
         flops = einsum_flops(m, self.opts.lengths)
         self.work[m.all_insn_ids] = float("inf") if flops is None else flops
-        return too_little_work(flops)
+        return too_little_work(flops, serial_terms(m, self.opts.lengths), self.info.is_cpu)
 
     def left(self, m: Match, why: str) -> Plan:
         """The plan of a group left to the default schedule because *why*."""
