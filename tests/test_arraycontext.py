@@ -215,6 +215,37 @@ def test_frozen_programs_get_the_default_schedule_only(cases: Any) -> None:
     assert facts["vs_numpy"] <= 1e-12
 
 
+def test_checks_beside_an_einsum_share_a_group_on_a_gpu() -> None:
+    """``actx.np.any``/``all`` of an einsum's result (reductions feinsum does not hold),
+    transformed for the H100 model and run on the CPU device: the einsum gets its recipe,
+    the two checks one work-group of 64 work-items (they ran on one), and the result is
+    numpy's."""
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+    from feinsum.devices.models import MODELS
+    from feinsum.devices.opencl import get_device, get_queue
+
+    actx = FeinsumPytatoPyOpenCLArrayContext(get_queue(get_device()), feinsum_db=False,
+                                             feinsum_device=MODELS["h100"].info)
+    rng = np.random.default_rng(8)
+    D, u = rng.random((35, 35)), rng.random((3001, 35))
+    top = float(np.max(u @ D.T)) - 0.01
+
+    def checked(D: Any, u: Any) -> Any:
+        new = actx.einsum("ij,ej->ei", D, u)
+        big = actx.np.any(actx.np.greater(new, top))
+        positive = actx.np.all(actx.np.greater(new, 0.0))
+        return new + actx.np.where(big, 1.0, 0.0) + actx.np.where(positive, 10.0, 0.0)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = actx.to_numpy(actx.compile(checked)(actx.from_numpy(D), actx.from_numpy(u)))
+    report = actx.feinsum_last_report
+    assert [g.action for g in report.groups] == ["default"], str(report)
+    assert "1 groups of 64; global temporaries written: _pt_out__red0" in str(report), str(
+        report)
+    np.testing.assert_allclose(got, u @ D.T + 11.0, rtol=1e-12)
+
+
 @pytest.mark.parametrize("name", ["einsum", "sum of products", "few long rows",
                                   "largest difference", "smallest entry", "sum of squares",
                                   "vdot", "norm of a flattened field"])

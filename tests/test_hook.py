@@ -394,6 +394,44 @@ def test_default_schedule_is_decided_once_per_shape(cl_device: Any) -> None:
                for insn in knl.instructions if insn.id in ("x", "y", "z"))
 
 
+@pytest.mark.parametrize(("op", "body", "ref"), [
+    ("any", "x[r, k] > 0.9995", lambda x: np.any(x > 0.9995)),
+    ("all", "x[r, k] > 0.0005", lambda x: np.all(x > 0.0005)),
+    ("sum", "x[3000 - r, k] * x[r, k]", lambda x: np.sum(x[::-1] * x)),
+    ("product", "1.0 + x[r, k] * 1e-4", lambda x: np.prod(1.0 + x * 1e-4)),
+])
+def test_reductions_that_are_not_einsums_are_shared_by_a_group_on_a_gpu(
+        op: str, body: str, ref: Any, cl_queue: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reduction into one value that is no einsum (``any``, ``all``, ``product``, a sum
+    reading an array backwards) ran on one work-item: on a GPU the default schedule shares its
+    longest loop among the work-items of a group, a tree combining them; the result is
+    the same. A CPU keeps the loop."""
+    from feinsum.devices.models import MODELS
+    from feinsum.hook import clear_cache, transform_program
+
+    monkeypatch.setenv("FEINSUM_CACHE", str(tmp_path / "programs"))
+    clear_cache()
+    dtype = np.int8 if op in ("any", "all") else np.float64
+    t = lp.make_kernel("{[r, k]: 0 <= r < 3001 and 0 <= k < 35}",
+                       f"out = reduce({op}, [r, k], {body})",
+                       [lp.GlobalArg("x", np.float64, shape=(3001, 35)),
+                        lp.GlobalArg("out", dtype, shape=())],
+                       name="check", lang_version=(2018, 2))
+    new, rep = transform_program(t, device=MODELS["h100"].info, db=False, schedule_all=True)
+    assert rep.kernel_reports[0].scheduled == 1, str(rep)
+    assert "1 groups of 64" in str(rep), str(rep)
+    x = np.random.default_rng(6).random((3001, 35))
+    _, (got,) = new.executor(cl_queue.context)(cl_queue, x=x)
+    _, (before,) = t.executor(cl_queue.context)(cl_queue, x=x)
+    value = np.asarray(got.get() if hasattr(got, "get") else got)
+    assert np.isclose(value, np.asarray(before.get() if hasattr(before, "get") else before),
+                      rtol=1e-12)
+    assert np.isclose(value, ref(x), rtol=1e-12)
+    _, on_cpu = transform_program(t, device=cl_queue.device, db=False, schedule_all=True)
+    assert "1 groups of 64" not in str(on_cpu)
+
+
 # }}}
 
 

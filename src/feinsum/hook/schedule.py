@@ -30,7 +30,11 @@ statement is left to run on one work-item. The policy (:func:`decide`):
 
 Only loops whose iterations are independent are spread (every statement writes elements
 indexed by the loop, and reads what the unit writes only where it writes it); a unit with
-none stays sequential.
+none stays sequential -- except, on a GPU, statements without loops that each reduce into
+one value (``any(isnan(u))``, a sum over a reversed array: reductions that are not
+einsums): the longest reduction loop of each is shared by the ``GPU_LANES`` work-items
+of a group (loopy's local-parallel reduction) rather than run by one work-item
+(:class:`ReduceAction`).
 
 The mechanism (:class:`DefaultSchedule`): each unit is described by its *shape* (its
 loops' lengths, which of them are independent, which one is contiguous, whether every
@@ -120,7 +124,16 @@ class FlatAction:
     block: tuple[int, int] | None = None
 
 
-Action = LoopAction | NestAction | FlatAction
+@dataclass(frozen=True)
+class ReduceAction:
+    """Reduction loop ``loop`` of a unit of statements without loops (reductions into one
+    value) split by ``lanes``, the inner part on the work-items of one group (``l.0``)."""
+
+    loop: int
+    lanes: int
+
+
+Action = LoopAction | NestAction | FlatAction | ReduceAction
 
 
 def decide(shape: UnitShape, device: DeviceInfo) -> tuple[Action, ...]:
@@ -247,7 +260,7 @@ class DefaultSchedule:
         insns = [knl.id_to_insn[i] for i in sorted(insn_ids)]
         loops = set().union(*(set(i.within_inames) for i in insns))
         if not loops:
-            return None
+            return self._reduction_plan(knl, insns, memo)
         for i in loops:
             if i not in memo:
                 memo[i] = _domain_and_extent(knl, i)
@@ -268,6 +281,38 @@ class DefaultSchedule:
             return None
         return UnitPlan(insn_ids, tuple(order), tuple(memo[i][0] for i in order), lengths,
                         actions, _block_actions(shape) is not None)
+
+    def _reduction_plan(self, knl: lp.LoopKernel, insns: list[Any], memo: dict[str, Any]
+                        ) -> UnitPlan | None:
+        """On a GPU, for statements without loops that each reduce into one value: each
+        one's longest reduction loop (known lengths first) shared by the work-items of a
+        group."""
+        from loopy.symbolic import Reduction
+
+        if self.device.is_cpu:
+            return None
+        lanes = min(GPU_LANES, self.device.max_work_group_size)
+        loops: list[str] = []
+        for insn in insns:
+            red = getattr(insn, "expression", None)
+            if (not isinstance(red, Reduction) or insn.predicates
+                    or getattr(red.operation, "arg_count", 1) != 1):
+                return None  # argmin/argmax reduce pairs; other statements read results
+            for i in red.inames:
+                if i not in memo:
+                    memo[i] = _domain_and_extent(knl, i)
+            spans = {str(i): memo[i][1] for i in red.inames if memo[i] is not None}
+            if not spans:
+                return None
+            loop = max(sorted(spans), key=lambda i: spans[i] if isinstance(spans[i], int)
+                       else _LONG)
+            if (isinstance(spans[loop], int) and spans[loop] < 2 * lanes) or loop in loops:
+                return None
+            loops.append(loop)
+        lengths = tuple(memo[i][1] if isinstance(memo[i][1], int) else None for i in loops)
+        return UnitPlan(frozenset(i.id for i in insns), tuple(loops),
+                        tuple(memo[i][0] for i in loops), lengths,
+                        tuple(ReduceAction(k, lanes) for k in range(len(loops))))
 
     def apply(self, knl: lp.LoopKernel, plans: Sequence[UnitPlan]) -> lp.LoopKernel:
         with self.clock("scheduling"):
@@ -322,11 +367,22 @@ def apply_plans(knl: lp.LoopKernel, plans: Sequence[UnitPlan]) -> lp.LoopKernel:
     priorities: set[tuple[str, ...]] = set()
     for plan in plans:
         subst: dict[str, Any] = {}
+        reduced: dict[str, tuple[str, str]] = {}
         within: dict[str, set[str]] = {}
         nested: dict[int, str] = {}
         guards: list[Any] = []
         for action in plan.actions:
             if isinstance(action, NestAction):
+                continue
+            if isinstance(action, ReduceAction):
+                old, dom = plan.loops[action.loop], plan.domains[action.loop]
+                outer = fresh_name(f"{old}_outer", taken)
+                inner = fresh_name(f"{old}_inner", taken)
+                domains.append(_split_domain(dom, action.lanes, outer, inner))
+                subst[old] = var(outer) * action.lanes + var(inner)
+                reduced[old] = (outer, inner)
+                tags[inner] = "l.0"
+                replaced.add(old)
                 continue
             if isinstance(action, FlatAction):
                 flattened = [plan.loops[k] for k in action.loops]
@@ -371,6 +427,8 @@ def apply_plans(knl: lp.LoopKernel, plans: Sequence[UnitPlan]) -> lp.LoopKernel:
             for old, new_names in within.items():
                 if old in names:
                     names = (names - {old}) | new_names
+            if reduced:  # the reductions' loops first: loopy's mapper wants them variables
+                insn = insn.with_transformed_expressions(_reduction_renamer(reduced))
             insn = insn.with_transformed_expressions(mapper)
             new_insns[insn_id] = insn.copy(within_inames=frozenset(names), predicates=(
                 frozenset(insn.predicates) | frozenset(guards)))
@@ -381,9 +439,14 @@ def apply_plans(knl: lp.LoopKernel, plans: Sequence[UnitPlan]) -> lp.LoopKernel:
         for k in range(dom.dim(isl.dim_type.set)):
             name = str(dom.get_dim_name(isl.dim_type.set, k))
             inames[name] = Iname(name, frozenset())
+    # loopy's tree writes a shared reduction's result from one work-item; its check still
+    # sees the group's work-items write it
+    races = [f"write_race({i})" for p in plans for i in sorted(p.insn_ids)
+             if any(isinstance(a, ReduceAction) for a in p.actions)]
     knl = knl.copy(domains=domains, inames=inames,
                    loop_priority=frozenset(knl.loop_priority) | priorities,
-                   instructions=[new_insns.get(i.id, i) for i in knl.instructions])
+                   instructions=[new_insns.get(i.id, i) for i in knl.instructions],
+                   silenced_warnings=frozenset(knl.silenced_warnings) | frozenset(races))
     if tags:
         knl = lp.tag_inames(knl, tags)
     unused = {i for i in replaced
@@ -394,6 +457,27 @@ def apply_plans(knl: lp.LoopKernel, plans: Sequence[UnitPlan]) -> lp.LoopKernel:
         knl = knl.copy(loop_priority=frozenset(
             p for p in knl.loop_priority if not unused & set(p)))
     return knl
+
+
+def _reduction_renamer(reduced: dict[str, tuple[str, str]]) -> Any:
+    """A mapper that writes a reduction over a loop split into ``(outer, inner)`` by
+    *reduced* as a reduction over ``inner`` (the work-items) of the reduction over
+    ``outer`` and its other loops (each work-item's own, in sequence)."""
+    from loopy.symbolic import IdentityMapper, Reduction
+
+    class Renamer(IdentityMapper):  # type: ignore[misc]
+        def map_reduction(self, expr: Any, *args: Any) -> Any:
+            body = self.rec(expr.expr, *args)
+            split = [str(i) for i in expr.inames if str(i) in reduced]
+            if not split:
+                return Reduction(expr.operation, expr.inames, body, expr.allow_simultaneous)
+            (old,) = split
+            outer, inner = reduced[old]
+            rest = tuple(outer if str(i) == old else i for i in expr.inames)
+            return Reduction(expr.operation, (inner,), Reduction(
+                expr.operation, rest, body, expr.allow_simultaneous), expr.allow_simultaneous)
+
+    return Renamer()
 
 
 def _split_domain(dom: Any, split: int, outer: str, inner: str) -> Any:

@@ -368,7 +368,7 @@ def schedule_rest(knl: Any, keys: Sequence[Any], unit_ids: Sequence[frozenset[st
     plans: dict[int, Any] = {}
     near: dict[int, int] = {}
     for k, (key, unit) in enumerate(zip(keys, unit_ids, strict=True)):
-        if key[0] != "rest" or not key[1] or has_hw_axes(unit):
+        if key[0] != "rest" or key[1] is None or has_hw_axes(unit):
             continue
         j = next((j for j in [*range(k - 1, -1, -1), *range(k + 1, len(kinds))]
                   if kinds[j] == "part"), None)
