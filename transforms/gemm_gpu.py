@@ -17,6 +17,7 @@ from typing import Any
 from feinsum.recipes import Boolean, Choice, Constraint, ParameterSpace, PowersOfTwo, Recipe
 from feinsum.toolbox import core as tb
 from feinsum.toolbox import gemm as tg
+from feinsum.toolbox.gemm_default import default_tiling
 from feinsum.toolbox.parameters import at_most
 
 
@@ -69,7 +70,7 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
     r = tg.roles(e)
     if isinstance(r, str):
         raise ValueError(r)
-    t = tg.default_tiling(e, r, device)
+    t = default_tiling(e, r, device)
     return {"lx": t.lx, "ly": t.ly, "px": t.px, "py": t.py, "kt": t.kt, "vw": t.vw,
             "split": t.split, "double_buffer": t.double_buffer, **tb.BUILD_OPTION_DEFAULTS}
 

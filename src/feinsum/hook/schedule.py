@@ -56,6 +56,7 @@ import pymbolic.primitives as prim
 
 from feinsum.hook.payoff import LAUNCH_CODE_LIMIT
 from feinsum.hook.report import Clock
+from feinsum.hook.unit_loops import contiguous_loop, independent_loops, loop_order
 
 if TYPE_CHECKING:
     import loopy as lp
@@ -261,14 +262,12 @@ class DefaultSchedule:
         loops = set().union(*(set(i.within_inames) for i in insns))
         if not loops:
             return self._reduction_plan(knl, insns, memo)
-        for i in loops:
-            if i not in memo:
-                memo[i] = _domain_and_extent(knl, i)
+        _remember(knl, loops, memo)
         if any(memo[i] is None for i in loops):
             return None  # a loop that does not start at 0 or depends on another
-        free = _independent(knl, insns, loops)
-        order = _loop_order(knl, insns, loops)
-        contiguous = _contiguous(knl, insns, loops)
+        free = independent_loops(knl, insns, loops)
+        order = loop_order(knl, insns, loops)
+        contiguous = contiguous_loop(knl, insns, loops)
         lengths = tuple(memo[i][1] if isinstance(memo[i][1], int) else None for i in order)
         exact = all(set(i.within_inames) == loops and not i.reduction_inames() for i in insns)
         shape = UnitShape(lengths, tuple(i in free for i in order),
@@ -298,9 +297,7 @@ class DefaultSchedule:
             if (not isinstance(red, Reduction) or insn.predicates
                     or getattr(red.operation, "arg_count", 1) != 1):
                 return None  # argmin/argmax reduce pairs; other statements read results
-            for i in red.inames:
-                if i not in memo:
-                    memo[i] = _domain_and_extent(knl, i)
+            _remember(knl, red.inames, memo)
             spans = {str(i): memo[i][1] for i in red.inames if memo[i] is not None}
             if not spans:
                 return None
@@ -497,6 +494,13 @@ def _split_domain(dom: Any, split: int, outer: str, inner: str) -> Any:
     return result
 
 
+def _remember(knl: lp.LoopKernel, inames: Iterable[str], memo: dict[str, Any]) -> None:
+    """Each loop's domain and length (:func:`_domain_and_extent`) in *memo*, once."""
+    for i in inames:
+        if i not in memo:
+            memo[i] = _domain_and_extent(knl, i)
+
+
 def _domain_and_extent(knl: lp.LoopKernel, iname: str) -> tuple[Any, Any] | None:
     """The domain of loop *iname* alone (over the kernel's parameters) and its length, if
     it starts at 0 and its bounds involve no other loop."""
@@ -514,88 +518,6 @@ def _domain_and_extent(knl: lp.LoopKernel, iname: str) -> tuple[Any, Any] | None
             return None
         dom = dom.get_basic_sets()[0]
     return dom.remove_redundancies(), extent
-
-
-# }}}
-
-
-# {{{ what a unit's statements say
-
-
-def _independent(knl: lp.LoopKernel, insns: list[Any], loops: set[str]) -> set[str]:
-    """The loops whose iterations are independent: every statement writes an array element
-    indexed by the loop (iterations write different elements), and reads what the unit
-    writes only at the element it writes (no value flows between iterations). Private
-    temporaries are each work-item's own."""
-    from loopy.kernel.data import AddressSpace
-
-    from feinsum.spec.formulas import walk
-
-    def private(name: str) -> bool:
-        tv = knl.temporary_variables.get(name)
-        return tv is not None and tv.address_space != AddressSpace.GLOBAL
-
-    written: dict[str, set[Any]] = {}
-    ok = set(loops)
-    for insn in insns:
-        for a in getattr(insn, "assignees", ()):
-            if isinstance(a, prim.Variable) and private(a.name):
-                continue
-            if not (isinstance(a, prim.Subscript) and isinstance(a.aggregate, prim.Variable)):
-                return set()
-            if private(a.aggregate.name):
-                continue
-            written.setdefault(a.aggregate.name, set()).add(a.index_tuple)
-            ok &= {i.name for i in a.index_tuple if isinstance(i, prim.Variable)}
-    for insn in insns:
-        for e in walk(getattr(insn, "expression", 0)):
-            if isinstance(e, prim.Subscript) and isinstance(e.aggregate, prim.Variable) and (
-                e.aggregate.name in written and {e.index_tuple} != written[e.aggregate.name]
-            ):
-                return set()
-    return ok
-
-
-def _contiguous(knl: lp.LoopKernel, insns: list[Any], loops: set[str]) -> str | None:
-    """The loop that indexes the stride-1 axis of the first statement's output."""
-    for insn in insns:
-        assignee = getattr(insn, "assignee", None)
-        if not (isinstance(assignee, prim.Subscript)
-                and isinstance(assignee.aggregate, prim.Variable)):
-            continue
-        decl = knl.arg_dict.get(assignee.aggregate.name) or knl.temporary_variables.get(
-            assignee.aggregate.name)
-        for idx, tag in zip(assignee.index_tuple, getattr(decl, "dim_tags", None) or (),
-                            strict=False):
-            if getattr(tag, "stride", None) == 1 and isinstance(idx, prim.Variable) and (
-                idx.name in loops
-            ):
-                return idx.name
-        break
-    return None
-
-
-def _loop_order(knl: lp.LoopKernel, insns: list[Any], loops: set[str]) -> list[str]:
-    """The loops that index the first statement's output, by decreasing stride of the
-    axis they index (in the output's axis order where a stride is not a number), then the
-    others by name."""
-    order: list[str] = []
-    for insn in insns:
-        assignee = getattr(insn, "assignee", None)
-        if not isinstance(assignee, prim.Subscript):
-            continue
-        axes = [(k, i.name) for k, i in enumerate(assignee.index_tuple)
-                if isinstance(i, prim.Variable) and i.name in loops]
-        decl = (knl.arg_dict.get(assignee.aggregate.name)
-                or knl.temporary_variables.get(assignee.aggregate.name)
-                if isinstance(assignee.aggregate, prim.Variable) else None)
-        strides = [getattr(t, "stride", None) for t in getattr(decl, "dim_tags", None) or ()]
-        known = {k: st for k, st in enumerate(strides) if isinstance(st, int)}
-        if all(k in known for k, _ in axes):
-            axes.sort(key=lambda kn: -known[kn[0]])
-        order = [n for _, n in axes]
-        break
-    return list(dict.fromkeys(order)) + sorted(loops - set(order))
 
 
 # }}}

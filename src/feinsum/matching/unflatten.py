@@ -68,10 +68,8 @@ def _digit_mapper(f: str, n: int, found: set[Digit], names: dict[Digit, str] | N
             return prim.Variable(names[d]) if names is not None and d in names else expr
 
         def map_variable(self, expr: Any, *args: Any) -> Any:
-            if expr.name == f:
-                found.add((n, 1))
-                return prim.Variable(names[(n, 1)]) if names and (n, 1) in names else expr
-            return expr
+            got = self._as_digit(expr)
+            return got if got is not None else expr
 
         def map_floor_div(self, expr: Any, *args: Any) -> Any:
             got = self._as_digit(expr)

@@ -51,14 +51,6 @@ REGISTER_TILES, K_TILES, VECTOR_WIDTHS, SPLITS = (1, 2, 4, 8), (2, 4, 8, 16, 32)
 RESERVED_REGISTERS = 32
 #: Unrolled FMA statements of one ``K`` tile (``px*py*kt``) at most: compile time.
 MAX_UNROLLED = 1024
-#: The work-items of a default work-group (fewer where the device allows fewer).
-DEFAULT_THREADS = 256
-#: The length the default assumes for a symbolic output length when it decides whether
-#: the output fills the device (twice the shortest length canonical specs abstract).
-SYMBOLIC_GUESS = 512
-#: The shortest slice of a split reduction the default makes: each slice's partial sums
-#: then cost a few percent of its flops' time in memory traffic.
-SLICE_DEPTH = 1024
 
 
 # {{{ roles: the contraction as a GEMM over fused indices
@@ -538,75 +530,6 @@ def register_budget(device: Any) -> int:
 
     regs = device.registers_per_work_item or GENERIC_GPU["registers_per_work_item"]
     return int(regs) - RESERVED_REGISTERS
-
-
-def _estimate(e: BatchedEinsum, group: Sequence[str]) -> int:
-    """The length of *group* with :data:`SYMBOLIC_GUESS` for a symbolic member."""
-    return math.prod(n if isinstance(n, int) else SYMBOLIC_GUESS
-                     for n in (e.lengths[i] for i in group))
-
-
-def default_tiling(e: BatchedEinsum, r: Roles, device: Any) -> Tiling:
-    """The default GEMM tiling on *device*, the cheaper by :func:`tiling_cost` of two:
-
-    * 16 x 16 work-items (fewer where the device allows fewer) with 4 x 4 register tiles
-      in runs of 4 (64 x 64 blocks), smaller where the registers do not hold them;
-    * 16 x 8 work-items with 8 x 8 tiles in runs of 4 (64 x 128 blocks, the long side
-      along the contiguous ``X``): half the local loads per FMA, twice the work per
-      work-group, where the registers hold it and the device takes 128 work-items.
-
-    Each with ``kt`` 16 (8, 4... where local memory is short), double-buffered, and
-    split-K over a fixed reduction when the output (symbolic lengths taken as
-    :data:`SYMBOLIC_GUESS`) has fewer blocks than twice the compute units, in slices of
-    at least :data:`SLICE_DEPTH`."""
-    most = min(DEFAULT_THREADS, device.max_work_group_size)
-    lx = min(16, most, device.max_work_item_sizes[0])
-    ly = max(1, min(most // lx, device.max_work_item_sizes[1]))
-    px = py = 4
-    t = Tiling(lx, ly, px, py, 16, 4, 1, True)
-    while value_registers(e, t) > register_budget(device) and t.px * t.py > 1:
-        px, py = (px // 2, py) if px >= py else (px, py // 2)
-        t = Tiling(lx, ly, px, py, 16, min(4, px, py), 1, True)
-    candidates = [_fitted(e, r, t, device)]
-    big = Tiling(16, 8, 8, 8, 16, 4, 1, True)
-    if (lx == 16 and most >= big.threads and device.max_work_item_sizes[1] >= big.ly
-            and value_registers(e, big) <= register_budget(device)):
-        candidates.append(_fitted(e, r, big, device))
-    return min(candidates, key=lambda c: tiling_cost(e, r, c, device))
-
-
-def _fitted(e: BatchedEinsum, r: Roles, t: Tiling, device: Any) -> Tiling:
-    """*t* with ``kt`` halved until local memory holds its tiles, and the default's
-    split-K."""
-    size = dtype_size(e)
-    while local_entries(e, r, t) * size > device.local_mem_size and t.kt > K_TILES[0]:
-        t = Tiling(t.lx, t.ly, t.px, t.py, t.kt // 2, t.vw, 1, True)
-    k = group_length(e, r.k)
-    if r.rest or not isinstance(k, int):
-        return t
-    want = -(-2 * device.compute_units // _blocks(e, r, t))
-    split = 1
-    while split < want and 2 * split <= min(k // SLICE_DEPTH, SPLITS[-1]):
-        split *= 2
-    return Tiling(t.lx, t.ly, t.px, t.py, t.kt, t.vw, split, True)
-
-
-def _blocks(e: BatchedEinsum, r: Roles, t: Tiling) -> int:
-    """Blocks of the output (symbolic lengths taken as :data:`SYMBOLIC_GUESS`)."""
-    return -(-_estimate(e, r.y) // t.bm) * -(-_estimate(e, r.x) // t.bn)
-
-
-def tiling_cost(e: BatchedEinsum, r: Roles, t: Tiling, device: Any) -> float:
-    """What the default compares tilings by: the work-groups a compute unit runs in
-    sequence (``ceil(groups / compute units)``: the last wave's tail counts) times one
-    work-group's FMAs per ``K`` entry of its slice (``BM*BN/split``), times one plus the
-    local-memory wavefronts per FMA (a subgroup's vector load of ``vw`` entries moves
-    ``vw`` words per lane, one wavefront per 32-bit word: ``(px + py)/(px*py)`` per FMA),
-    the pipe a register tile exists to relieve."""
-    groups = _blocks(e, r, t) * t.split
-    waves = -(-groups // max(1, device.compute_units))
-    words = (t.px + t.py) * dtype_size(e) // 4
-    return waves * t.bm * t.bn / t.split * (1 + words / (t.px * t.py))
 
 
 def value_registers(e: BatchedEinsum, t: Tiling) -> int:
