@@ -78,7 +78,8 @@ def _rows(args: argparse.Namespace):  # type: ignore[no-untyped-def]
                 hook_pick = hook_pick or r.name
                 if args.recipe and r.name not in args.recipe:
                     continue
-                p = predict_configuration(r, spec, r.default(spec, info), model, lengths)
+                p = predict_configuration(r, spec, r.default(spec, info, lengths), model,
+                                          lengths)
                 mark = "*" if r.name == hook_pick else ""
                 row: tuple[str, ...] = (w.name, model, r.name + mark,
                                         f"{p.seconds * 1e3:.4g} ms", f"{p.fraction:.0%}",

@@ -298,6 +298,23 @@ def test_few_flops_in_long_sums_get_a_kernel_on_a_gpu(n: int, action: str,
     assert [g.action for g in on_cpu.groups] == ["skipped"]
 
 
+@pytest.mark.parametrize(("n", "tile"), [(1024, 8), (300, 4)])
+def test_a_default_sees_the_lengths_of_the_kernel(n: int, tile: int) -> None:
+    """The hook's default is computed at the lengths the compiler's kernel has: an H200
+    gets gemm_gpu's 8 x 8 register tiles for a 1024^3 product (one wave of 128 work-groups)
+    and 4 x 4 tiles for a 300^3 one."""
+    from feinsum.devices.models import MODELS
+    from feinsum.hook import transform_program
+
+    t = lp.make_einsum("ik,kj->ij", ["A", "B"])
+    t = lp.add_dtypes(t, {"A": np.float32, "B": np.float32})
+    t = lp.fix_parameters(t, Ni=n, Nj=n, Nk=n)
+    _, rep = transform_program(t, device=MODELS["h200"].info, db=False)
+    (g,) = rep.groups
+    assert (g.action, g.recipe) == ("default", "gemm_gpu"), str(rep)
+    assert (g.params["px"], g.params["py"]) == (tile, tile)
+
+
 def test_code_budget_refusal(cl_device: Any) -> None:
     """A default that would unroll 16,384 statements is not applied, and the report says
     why; the hook finishes quickly and the kernel runs."""
@@ -322,6 +339,7 @@ def test_program_code_budget(cl_device: Any, monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(payoff, "CODE_PER_EINSUM", 0)
     monkeypatch.setattr(payoff, "CODE_FACTOR", 1)
+    monkeypatch.setattr(payoff, "ONE_LARGE_EINSUM", 0)
     _, rep = transform_program(mixed_program(), device=cl_device, db=False,
                                prefer=["generic"], lengths={"nelements": E})
     assert "code budget" in rep.note

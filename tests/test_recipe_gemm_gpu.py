@@ -17,7 +17,7 @@ import pytest
 import feinsum as fs
 from feinsum.devices.models import get_model
 from feinsum.errors import InvalidConfigurationError
-from feinsum.spec.canonical import canonicalize
+from feinsum.spec.canonical import canonical_lengths, canonicalize
 
 TRANSFORMS = Path(__file__).resolve().parents[1] / "transforms"
 
@@ -216,6 +216,14 @@ def test_defaults_from_the_device() -> None:
     assert tile(r.default(ref["ttm"], h100)) == big
     assert tile(r.default(ref["two_index"], h100)) == big
     assert tile(r.default(ref["gemm"], h100)) == small
+    # given the lengths it will run at, a 1024^3 GEMM is 256 blocks of 64 x 64 (two waves
+    # of 132 SMs): 8 x 8 tiles take 128 groups, one wave
+    at = canonical_lengths(workloads()["gemm"].spec.with_lengths({"I": 1024, "J": 1024,
+                                                                 "K": 1024}))
+    assert tile(r.default(ref["gemm"], h100, at)) == big
+    assert tile(r.default(ref["gemm"], h100, {})) == small
+    # a 300 x 300 output is 25 blocks either way: the 4 x 4 tiles' shorter work-groups
+    assert tile(r.default(ref["gemm"], h100, dict.fromkeys(at, 300))) == small
     mi300x = get_model("mi300x")
     assert tile(r.default(ref["ttm"], mi300x)) == big
     assert tile(r.default(ref["two_index"], mi300x)) == small

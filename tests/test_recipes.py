@@ -390,3 +390,26 @@ def test_apply_and_default_refuse_an_einsum_the_recipe_does_not_claim() -> None:
     assert not isinstance(info.value, RecipeFailure)
     with pytest.raises(RecipeError, match="does not apply"):
         recipe.default(e)
+
+
+def test_a_default_that_takes_three_arguments_reads_the_lengths(cl_device) -> None:  # type: ignore[no-untyped-def]
+    from feinsum.spec.canonical import canonicalize
+
+    e = canonicalize(feinsum.einsum("ij,j->i", feinsum.array("A", ("N", 8)),
+                                    feinsum.array("x", 8)))
+    space = ParameterSpace(big=Boolean())
+    seen: list[dict[str, int]] = []
+
+    def by_length(e, device, lengths):  # type: ignore[no-untyped-def]
+        seen.append(dict(lengths))
+        return {"big": lengths.get("n0", 0) > 1000}
+
+    r = Recipe("by_length", applies=lambda e, d: None, space=lambda e, d: space,
+               default=by_length, apply=lambda t, p, e, d: t)
+    assert r.default(e, cl_device, {"n0": 5000}) == {"big": True}
+    assert r.default(e, cl_device) == {"big": False}  # lengths unknown: an empty mapping
+    assert seen == [{"n0": 5000}, {}]
+    # a default of two arguments is called as before, lengths or not
+    r2 = Recipe("two_args", applies=lambda e, d: None, space=lambda e, d: space,
+                default=lambda e, d: {"big": True}, apply=lambda t, p, e, d: t)
+    assert r2.default(e, cl_device, {"n0": 5}) == {"big": True}

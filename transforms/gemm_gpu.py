@@ -66,11 +66,11 @@ def _space(e: Any, device: Any) -> ParameterSpace:
     return ParameterSpace(params, cons)
 
 
-def _default(e: Any, device: Any) -> dict[str, Any]:
+def _default(e: Any, device: Any, lengths: dict[str, int]) -> dict[str, Any]:
     r = tg.roles(e)
     if isinstance(r, str):
         raise ValueError(r)
-    t = default_tiling(e, r, device)
+    t = default_tiling(e, r, device, lengths)
     return {"lx": t.lx, "ly": t.ly, "px": t.px, "py": t.py, "kt": t.kt, "vw": t.vw,
             "split": t.split, "double_buffer": t.double_buffer, **tb.BUILD_OPTION_DEFAULTS}
 

@@ -76,7 +76,7 @@ def dry_run(args: argparse.Namespace, spec: Any, lengths: dict[str, int]) -> int
     out: list[dict[str, Any]] = []
     for r in chosen:
         predictor = predictor_for(r, target.spec, info, target.lengths)
-        default = r.default(target.spec, info)
+        default = r.default(target.spec, info, target.lengths)
         strat = Predicted(r.space(target.spec, info),
                           predictor=predictor or (lambda cs, _: [None] * len(cs)),
                           pool=pool_size(share), seed=args.seed, default=default)

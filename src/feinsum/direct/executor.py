@@ -253,7 +253,8 @@ class CompiledEinsum:
 
             return Choice("given", None, untransformed_version())
         if r is not None and self._params is not None:
-            params = r.check({**r.default(self.canonical, self.device), **self._params},
+            params = r.check({**r.default(self.canonical, self.device,
+                                          self._canonical_lengths(lengths)), **self._params},
                              self.canonical, self.device)
             return Choice("given", r.name, r.version, dict(params))
         note = ""
@@ -276,19 +277,26 @@ class CompiledEinsum:
                     return Choice(answer.rung, found.name, found.version, dict(params), rec.uid)
                 except RecipeError as exc:
                     note = f"the {answer.rung} record ({rec.recipe_name}) was not usable: {exc}"
-        return self._default(note)
+        return self._default(lengths, note)
 
-    def _default(self, note: str = "", skip: frozenset[str] = frozenset()) -> Choice:
-        """The first applicable recipe's default (the hook's order), recipes in *skip*
-        (failed here) left out; the untransformed kernel when none is left."""
+    def _canonical_lengths(self, lengths: Mapping[str, int]) -> dict[str, int]:
+        """The values of the canonical spec's length symbols when the spec's take
+        *lengths*."""
+        return {**{self._symbols[s]: int(v) for s, v in lengths.items()}, **self._fixed}
+
+    def _default(self, lengths: Mapping[str, int], note: str = "",
+                 skip: frozenset[str] = frozenset()) -> Choice:
+        """The first applicable recipe's default at *lengths* (the hook's order), recipes
+        in *skip* (failed here) left out; the untransformed kernel when none is left."""
         from feinsum.hook.choice import default_choices, ordered_recipes
 
+        at = self._canonical_lengths(lengths)
         if self._recipe is not None:
             r = self._recipe
             return Choice("default", r.name, r.version,
-                          dict(r.default(self.canonical, self.device)), note=note)
+                          dict(r.default(self.canonical, self.device, at)), note=note)
         candidates = [r for r in self._recipes.values() if r.name not in skip]
-        choices, why = default_choices(self.canonical, self.device, candidates)
+        choices, why = default_choices(self.canonical, self.device, candidates, lengths=at)
         if choices:
             ch = choices[0]
             return Choice("default", ch.recipe.name, ch.recipe.version, dict(ch.params),
@@ -297,7 +305,7 @@ class CompiledEinsum:
         for r in ordered_recipes(candidates):
             if r.has_prepare and r.applies(self.canonical, self.device) is None:
                 return Choice("default", r.name, r.version,
-                              dict(r.default(self.canonical, self.device)), note=note)
+                              dict(r.default(self.canonical, self.device, at)), note=note)
         note = "; ".join(n for n in (note, f"no recipe applies ({why})") if n)
         from feinsum.timing.measurement import untransformed_version
 
@@ -452,7 +460,8 @@ class CompiledEinsum:
                     raise
                 failed.add(choice.recipe)
                 note = f"{choice.recipe} ({choice.rung}) failed: {exc}"
-                choice = self._default("; ".join(n for n in (choice.note, note) if n),
+                choice = self._default(lengths,
+                                       "; ".join(n for n in (choice.note, note) if n),
                                        frozenset(failed))
                 with _LOCK:
                     self._choices[key] = choice

@@ -8,7 +8,7 @@ never chosen by the hook, since the program's callers would not pass those argum
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -60,9 +60,12 @@ def ordered_recipes(all_recipes: Sequence[Recipe], prefer: Sequence[str] | None 
 
 
 def default_choices(canonical: BatchedEinsum, device: DeviceInfo, recipes: Sequence[Recipe],
-                    prefer: Sequence[str] | None = None) -> tuple[list[DefaultChoice], str]:
-    """The applicable recipes (preference order) with their defaults, and, when there is
-    none, a text saying why each was refused."""
+                    prefer: Sequence[str] | None = None,
+                    lengths: Mapping[str, int] | None = None,
+                    ) -> tuple[list[DefaultChoice], str]:
+    """The applicable recipes (preference order) with their defaults at *lengths* (values
+    of *canonical*'s length symbols, where known), and, when there is none, a text saying
+    why each was refused."""
     out: list[DefaultChoice] = []
     reasons: list[str] = []
     for r in ordered_recipes(recipes, prefer):
@@ -72,7 +75,7 @@ def default_choices(canonical: BatchedEinsum, device: DeviceInfo, recipes: Seque
         try:
             why = r.applies(canonical, device)
             if why is None:
-                out.append(DefaultChoice(r, dict(r.default(canonical, device))))
+                out.append(DefaultChoice(r, dict(r.default(canonical, device, lengths))))
                 continue
         except RecipeError as exc:
             why = str(exc)

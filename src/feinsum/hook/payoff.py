@@ -15,9 +15,10 @@ the hook will not do"):
   candidate tried (the generic default unrolls every short reduction loop: a chain of five
   16x16 matrices is 65,536 statements);
 * the transformed program may have at most :data:`CODE_FACTOR` times the untransformed
-  program's statements plus :data:`CODE_PER_EINSUM` per transformed einsum
-  (:func:`code_budget`); beyond, the einsums with the least work are given back to the
-  default schedule until it fits;
+  program's statements plus :data:`CODE_PER_EINSUM` per transformed einsum, plus
+  :data:`ONE_LARGE_EINSUM` once (:func:`code_budget`: one einsum as large as a part may
+  be always fits); beyond, the einsums with the least work are given back to the default
+  schedule until it fits;
 * units of a program share a device launch (:mod:`feinsum.matching.merge`) while their
   statements, once unrolled, number at most :data:`LAUNCH_CODE_LIMIT` together: a device
   compiler's time grows faster than the size of the function it compiles (PoCL took
@@ -56,8 +57,12 @@ PART_CODE_LIMIT = 4096
 #: The transformed program: at most this many times the untransformed program's
 #: statements (after unrolling) ...
 CODE_FACTOR = 4
-#: ... plus this many per transformed einsum.
+#: ... plus this many per transformed einsum ...
 CODE_PER_EINSUM = 1024
+#: ... plus this many once, so that one einsum of the largest size a part may have
+#: (:data:`PART_CODE_LIMIT`; a GEMM's 8 x 8 register tiles over 16 ``K`` entries are 1,024
+#: FMAs and 1,355 statements in all) is never given back by a program of its own.
+ONE_LARGE_EINSUM = PART_CODE_LIMIT - CODE_PER_EINSUM
 #: Statements (after unrolling) the units sharing one device launch may have together.
 LAUNCH_CODE_LIMIT = 512
 #: Seconds the transformation of a program may take: this much ...
@@ -155,8 +160,10 @@ def program_size(t_unit: Any, names: Iterable[str]) -> Size:
 
 
 def code_budget(before: Size, einsums: int) -> int:
-    """The statements (after unrolling) a transformed program may have."""
-    return CODE_FACTOR * before.unrolled + CODE_PER_EINSUM * einsums
+    """The statements (after unrolling) a transformed program of *einsums* transformed
+    einsums may have."""
+    return (CODE_FACTOR * before.unrolled + CODE_PER_EINSUM * einsums
+            + (ONE_LARGE_EINSUM if einsums else 0))
 
 
 def time_budget(before: Size) -> float:

@@ -346,7 +346,7 @@ class Planner:
         from feinsum.hook.choice import default_choices
 
         choices, why = default_choices(m.canonical, self.device_for(m.canonical),
-                                       self.recipes, self.opts.prefer)
+                                       self.recipes, self.opts.prefer, m.canonical_lengths)
         if not choices:
             notes.append(f"no recipe applies ({why})")
             return Plan(None, replace(base, note=_join(notes)))

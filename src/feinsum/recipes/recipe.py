@@ -139,6 +139,20 @@ def code_dependencies(path: Path) -> dict[str, Path]:
     return dict(sorted(found.items()))
 
 
+def _takes_third_argument(fn: Callable[..., Any]) -> bool:
+    """Whether *fn* can be called with three positional arguments (a recipe's default that
+    reads the lengths) rather than only two."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    try:
+        sig.bind(None, None, None)
+    except TypeError:
+        return False
+    return True
+
+
 def _fmt(params: Mapping[str, Any]) -> str:
     try:
         return canonical_json(params)
@@ -154,7 +168,10 @@ class Recipe:
         the canonical spec *e* on *device* (a :class:`~feinsum.devices.info.DeviceInfo`), else the
         reason it does not.
     :arg space: ``space(e, device) -> ParameterSpace`` with the constraints.
-    :arg default: ``default(e, device) -> dict``: a heuristic configuration (must be valid).
+    :arg default: ``default(e, device) -> dict``: a heuristic configuration (must be valid);
+        a default that takes a third argument, ``default(e, device, lengths)``, also gets
+        the values of *e*'s length symbols where the caller knows them (``{"n0": 1024}``;
+        a mapping without some or all of them otherwise).
     :arg apply: ``apply(t_unit, params, e, device) -> loopy.TranslationUnit``; *t_unit* is
         ``generate_loopy(e)``, *params* a validated configuration.
     :arg build_options: ``build_options(params) -> tuple[str, ...]`` OpenCL build options;
@@ -177,7 +194,7 @@ class Recipe:
         *,
         applies: Callable[[BatchedEinsum, DeviceInfo], str | None],
         space: Callable[[BatchedEinsum, DeviceInfo], ParameterSpace],
-        default: Callable[[BatchedEinsum, DeviceInfo], Config],
+        default: Callable[..., Config],
         apply: Callable[[lp.TranslationUnit, Config, BatchedEinsum, DeviceInfo],
                         lp.TranslationUnit],
         build_options: Callable[[Config], tuple[str, ...]] | None = None,
@@ -197,6 +214,7 @@ class Recipe:
         self._applies = applies
         self._space = space
         self._default = default
+        self._default_takes_lengths = _takes_third_argument(default)
         self._apply = apply
         self._build_options = build_options or standard_build_options
         self._prepare = prepare
@@ -300,12 +318,16 @@ class Recipe:
                 raise self._fail("upgrade()", exc, params) from exc
         return self.space(e, device).validate(params, f"recipe {self.name!r}: configuration")
 
-    def default(self, e: BatchedEinsum, device: Any = None) -> Config:
-        """The heuristic default configuration (validated)."""
+    def default(self, e: BatchedEinsum, device: Any = None,
+                lengths: Mapping[str, int] | None = None) -> Config:
+        """The heuristic default configuration (validated). *lengths*: values of *e*'s
+        length symbols where known (the lengths the configuration will run at), for the
+        recipes whose default reads them."""
         dev = as_device_info(device)
         self._require_applies(e, dev)
         try:
-            params = self._default(e, dev)
+            params = (self._default(e, dev, dict(lengths or {}))
+                      if self._default_takes_lengths else self._default(e, dev))
         except Exception as exc:
             raise self._fail("default()", exc) from exc
         try:

@@ -58,7 +58,8 @@ def measure(
         recipe = get_recipe(recipe, recipe_path)
     target = Target.make(einsum, lengths)
     if recipe is not None:
-        params = recipe.default(target.spec, info) if params is None else params
+        params = (recipe.default(target.spec, info, target.lengths) if params is None
+                  else params)
         try:
             params = recipe.check(params, target.spec, info)
         except InvalidConfigurationError as exc:

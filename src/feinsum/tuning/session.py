@@ -439,7 +439,7 @@ def _make_arm(r: Recipe, target: Target, info: DeviceInfo, records: _Records, st
               opts: MeasureOptions, roof: Roofline | None, workers: int = 1) -> _Arm:
     """A recipe's arm: its (restricted) space and strategy, seeded with its records."""
     space = r.space(target.spec, info)
-    default: dict[str, Any] | None = r.default(target.spec, info)
+    default: dict[str, Any] | None = r.default(target.spec, info, target.lengths)
     if pins:
         space = restrict(space, pins)
         try:
