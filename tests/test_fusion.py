@@ -246,17 +246,24 @@ def test_reads_of_other_work_groups_keep_their_launch(cl_device: Any, cl_queue: 
 
 
 @pytest.mark.parametrize("model", ["h100"])
-def test_gpu_models(model: str, cl_queue: Any) -> None:
-    """Made for a GPU model and run on the CPU device: the step shares one launch (the DG
-    recipes give every work-group the same elements), an elementwise statement that cannot
-    is flattened over full groups of 64 work-items, the results are numpy's."""
+@pytest.mark.parametrize("prefer", [None, ["dg_operator"]])
+def test_gpu_models(model: str, prefer: list[str] | None, cl_queue: Any) -> None:
+    """Made for a GPU model and run on the CPU device: every einsum of the step gets its
+    GPU default (``dg_nodes``, each einsum its own layout, so a launch of its own), or with
+    ``dg_operator``, which gives every work-group the same elements, the step shares one
+    launch; an elementwise statement that cannot is flattened over full groups of 64
+    work-items; the results are numpy's."""
     from feinsum.devices.models import MODELS
     from feinsum.hook import transform_program
 
     info = MODELS[model].info
-    for build, kind, launches in ((mid_step, "mass", 1), (mirrored_step, "mirrored", 2)):
+    mass_launches = 3 if prefer is None else 1
+    for build, kind, launches in ((mid_step, "mass", mass_launches),
+                                  (mirrored_step, "mirrored", 2)):
         t_unit = build()
-        new, report = transform_program(t_unit, device=info, db=False)
+        new, report = transform_program(t_unit, device=info, db=False, prefer=prefer)
+        assert all(g.action == "default" and g.recipe == (prefer or ["dg_nodes"])[0]
+                   for g in report.groups), report
         assert report.launches is not None
         assert len(report.launches.launches) == launches, report
         if kind == "mirrored":

@@ -577,10 +577,31 @@ def _combined(base: Any, placed: Sequence[Any], args: list[Any], insns: list[Any
         domains=domains, instructions=insns, args=args, temporary_variables=temps,
         inames=inames, assumptions=assumptions, loop_priority=frozenset(priority),
         iname_slab_increments=type(base.iname_slab_increments)(slabs),
-        options=base.options.copy(build_options=list(dict.fromkeys(opts))),
+        options=base.options.copy(build_options=list(dict.fromkeys(opts)),
+                                  **_relaxed_checks(base, placed)),
         preambles=tuple(dict.fromkeys(preambles)),
         preamble_generators=tuple(dict.fromkeys(generators)),
         silenced_warnings=frozenset(silenced))
+
+
+#: loopy's checks a recipe may relax for the code it generates (a flat copy of a C-order
+#: operand reads past the end of a row; accesses ordered by barriers loopy cannot see)
+RELAXABLE_CHECKS = ("enforce_array_accesses_within_bounds", "enforce_variable_access_ordered")
+
+
+def _relaxed_checks(base: Any, placed: Sequence[Any]) -> dict[str, Any]:
+    """The checks of loopy that the transformed einsums' kernels relaxed, relaxed in the
+    kernel they are placed in too (else loopy refuses the code there that it accepted in
+    the recipe's kernel): ``"no_check"`` where one of them says so, else ``False`` where
+    one says so."""
+    out: dict[str, Any] = {}
+    for name in RELAXABLE_CHECKS:
+        values = [getattr(tk.options, name) for tk in placed]
+        if "no_check" in values:
+            out[name] = "no_check"
+        elif any(v is False for v in values) and getattr(base.options, name) != "no_check":
+            out[name] = False
+    return out
 
 
 def _check_private(knl: Any, unit_ids: Sequence[frozenset[str]], cuts: Sequence[int]) -> None:

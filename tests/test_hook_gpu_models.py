@@ -1,0 +1,65 @@
+"""The hook's GPU defaults, end to end: every reference workload's einsum, in a kernel given
+to :func:`feinsum.hook.transform_program` for a GPU model, is transformed by its default
+(not given back, not failed) and the transformed program, run on the CPU device, computes
+what the untransformed one does.
+
+``tests/test_gpu_models_on_cpu.py`` runs the recipes' GPU configurations on the canonical
+kernel; this runs them where users get them, placed into the compiler's kernel by the hook,
+whose own checks (loopy's bounds and ordering checks, the code budget) they must pass too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from feinsum.devices.models import MODELS
+from feinsum.tuning.workloads import workloads
+
+#: The measured GPU's model and another vendor's (64-wide subgroups, other limits).
+MODELS_RUN = ("h200", "mi300x")
+#: Each length symbol's value: several work-groups and a partial last one for the DG
+#: family, a few rows and tiles for the others ...
+LENGTH = 301
+#: ... and for the families with fewer flops an entry, enough that the einsum is not too
+#: little work for a kernel of its own (:data:`feinsum.hook.payoff.MIN_EINSUM_FLOPS`).
+LONGER = {"elementwise": 4001}
+
+
+def _cases() -> list[Any]:
+    out = []
+    for w in workloads(small=True, gpu=True).values():
+        if w.spec.block_sparse is not None:  # needs host-side ranges: never the hook's
+            continue
+        for model in MODELS_RUN:
+            out.append(pytest.param(w, model, id=f"{w.name}-{model}"))
+    return out
+
+
+@pytest.mark.parametrize(("w", "model"), _cases())
+def test_the_hook_places_each_gpu_default_and_it_computes_the_einsum(
+        w: Any, model: str, cl_queue: Any) -> None:
+    from feinsum.hook import transform_program
+    from feinsum.lowering.kernel import generate_loopy
+
+    spec = w.spec.with_lengths(dict.fromkeys(w.spec.length_symbols,
+                                             LONGER.get(w.family, LENGTH)))
+    t = generate_loopy(spec)
+    new, rep = transform_program(t, device=MODELS[model].info, db=False)
+    assert rep.groups, str(rep)
+    for g in rep.groups:
+        assert g.action == "default" and g.recipe, str(rep)
+    rng = np.random.default_rng(7)
+    inputs = {}
+    for a in spec.arrays:
+        shape = tuple(int(n) for n in a.shape)
+        inputs[a.name] = (rng.random(shape) + 0.5).astype(a.dtype)
+    _, want = t.executor(cl_queue.context)(cl_queue, **inputs)
+    _, got = new.executor(cl_queue.context)(cl_queue, **inputs)
+    assert len(got) == len(want)
+    for g_, w_ in zip(got, want, strict=True):
+        g_, w_ = (np.asarray(x.get() if hasattr(x, "get") else x) for x in (g_, w_))
+        tol = 1e-4 if w_.dtype.itemsize <= 4 else 1e-10
+        np.testing.assert_allclose(g_, w_, rtol=tol, atol=tol * float(np.abs(w_).max()))
