@@ -246,6 +246,34 @@ def test_checks_beside_an_einsum_share_a_group_on_a_gpu() -> None:
     np.testing.assert_allclose(got, u @ D.T + 11.0, rtol=1e-12)
 
 
+@pytest.mark.parametrize("scaled", [False, True], ids=["product", "twice the product"])
+def test_matrix_products_for_a_gpu_model(scaled: bool) -> None:
+    """``actx.einsum("ik,kj->ij")`` and twice it (one einsum under pytato, with the
+    constant 2 as a scalar operand), transformed for the H200 model and run on the CPU
+    device: both get gemm_gpu (the scaled one got generic), and the results are numpy's."""
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+    from feinsum.devices.models import MODELS
+    from feinsum.devices.opencl import get_device, get_queue
+
+    actx = FeinsumPytatoPyOpenCLArrayContext(get_queue(get_device()), feinsum_db=False,
+                                             feinsum_device=MODELS["h200"].info)
+    rng = np.random.default_rng(9)
+    A, B = rng.random((200, 96)), rng.random((96, 130))
+    factor = 2.0 if scaled else 1.0
+
+    def product(a: Any, b: Any) -> Any:
+        ab = actx.einsum("ik,kj->ij", a, b)
+        return 2 * ab if scaled else ab
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = actx.to_numpy(actx.compile(product)(actx.from_numpy(A), actx.from_numpy(B)))
+    report = actx.feinsum_last_report
+    assert [(g.action, g.recipe) for g in report.groups] == [("default", "gemm_gpu")], str(
+        report)
+    np.testing.assert_allclose(got, factor * (A @ B), rtol=1e-12)
+
+
 @pytest.mark.parametrize("name", ["einsum", "sum of products", "few long rows",
                                   "largest difference", "smallest entry", "sum of squares",
                                   "vdot", "norm of a flattened field"])

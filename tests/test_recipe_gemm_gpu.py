@@ -44,6 +44,9 @@ def specs(dt: str) -> dict[str, fs.BatchedEinsum]:
         "batched": fs.einsum("bcij,bcjk->bcik", a("A", (3, 2, "I", "J"), dt),
                              a("B", (3, 2, "J", "K"), dt)),
         "rows": fs.einsum("abk,kc->abc", a("A", ("P", 7, "K"), dt), a("B", ("K", "N"), dt)),
+        # scalar factors (pytato's 2 * (A @ B) is one einsum with a 0-d operand)
+        "scaled": fs.einsum("ik,,kj,->ij", a("A", ("M", "K"), dt), a("s", (), dt),
+                            a("B", ("K", "N"), dt), a("t", (), dt)),
     }
 
 
@@ -80,8 +83,13 @@ def test_applies_to_two_operand_contractions_on_gpus(cl_device) -> None:  # type
     a = fs.array
     shared = fs.einsum("ik,jk->k", a("A", (3, 5)), a("B", (6, 5)))
     assert "both operands" in r.applies(canonicalize(shared), h100)
+    # a constant factor (pytato's 2 * (A @ B)) is a scalar operand too
+    x = fs.array("x", ())
+    doubled = fs.einsum("ik,kj,->ij", a("A", (5, 6)), a("B", (6, 7)),
+                        fs.formula("two_x", (), "2 * x", [x]))
+    assert r.applies(canonicalize(doubled), h100) is None
     three = fs.einsum("ij,jk,kl->il", a("A", (5, 6)), a("B", (6, 7)), a("C", (7, 8)))
-    assert "two-operand" in r.applies(canonicalize(three), h100)
+    assert "two operands" in r.applies(canonicalize(three), h100)
     rows = fs.batched_einsum("ik,kj->ij", [[a("A", (5, 6)), a("B", (6, 7))],
                                            [a("C", (5, 6)), a("D", (6, 7))]])
     assert "several rows" in r.applies(canonicalize(rows), h100)
@@ -128,11 +136,13 @@ def test_sweep(dt, model, cl_queue):  # type: ignore[no-untyped-def]
     {"split": 4, "double_buffer": False, "vw": 1, "px": 1, "kt": 4},
     {"split": 2, "double_buffer": True, "vw": 2, "px": 2, "py": 2, "kt": 2},
 ])
-def test_split_k_with_slices_without_tiles(params, cl_queue) -> None:  # type: ignore[no-untyped-def]
-    """More slices than K tiles at some lengths: the empty slices still store zeros."""
+@pytest.mark.parametrize("name", ["gemm", "scaled"])
+def test_split_k_with_slices_without_tiles(params, name, cl_queue) -> None:  # type: ignore[no-untyped-def]
+    """More slices than K tiles at some lengths: the empty slices still store zeros (and
+    scalar factors multiply the sum of the slices)."""
     from feinsum.recipes.testing import check_configuration
 
-    h100, e = get_model("h100"), canonicalize(specs("float32")["gemm"])
+    h100, e = get_model("h100"), canonicalize(specs("float32")[name])
     cfg = {**recipe().default(e, h100), "lx": 4, "ly": 4, **params}
     lengths = [{s: n for s in e.length_symbols} for n in (1, 5, 37)]
     assert check_configuration(recipe(), e, cfg, lengths, cl_queue, device=h100) is None

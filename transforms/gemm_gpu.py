@@ -7,7 +7,8 @@ block, each work-item a ``py x px`` register tile in runs of ``vw`` (vector loca
 ``K`` advances ``kt`` at a time through local tiles that read zeros outside the operands,
 so the unrolled FMA body has no bounds guard for any lengths; ``double_buffer`` keeps two
 local tiles (one barrier per ``K`` tile); ``split`` slices ``K`` over ``g.2`` and sums the
-slices in a second kernel (split-K). GPUs only: on CPUs ``contraction`` applies.
+slices in a second kernel (split-K). Scalar operands (no index) multiply each sum as
+it is stored. GPUs only: on CPUs ``contraction`` applies.
 """
 
 from __future__ import annotations

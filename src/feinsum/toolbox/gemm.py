@@ -62,7 +62,10 @@ class Roles:
 
     :attr:`x`, :attr:`y`, :attr:`k` are the fused index groups (outermost first; every
     member but the first has a fixed length), :attr:`a`/:attr:`b` the operand columns,
-    :attr:`rest` the other output indices, :attr:`red` the other reduction indices."""
+    :attr:`rest` the other output indices, :attr:`red` the other reduction indices,
+    :attr:`scales` the columns of scalar operands (no index: a 0-d array, or a constant
+    or formula of them, as in ``2 * (A @ B)``, one einsum under pytato), which multiply
+    the sums as they are stored."""
 
     a: int
     b: int
@@ -71,6 +74,7 @@ class Roles:
     k: tuple[str, ...]
     rest: tuple[str, ...]
     red: tuple[str, ...]
+    scales: tuple[int, ...] = ()
 
 
 def memory_orders(e: BatchedEinsum, c: int) -> list[list[str]]:
@@ -112,11 +116,12 @@ def _grow(e: BatchedEinsum, seed: str, orders: Sequence[Sequence[str]], allowed:
 
 def roles(e: BatchedEinsum) -> Roles | str:
     """The GEMM view of *e*, or why it has none."""
-    if e.block_sparse is not None or e.reduction != "sum" or e.noperands != 2:
-        return "needs a dense two-operand sum"
+    tensors = [c for c in range(e.noperands) if e.in_indices[c]]
+    if e.block_sparse is not None or e.reduction != "sum" or len(tensors) != 2:
+        return "needs a dense sum of two operands (and scalar factors)"
     if e.nrows != 1:
         return "several rows (a batched einsum): use contraction"
-    if not all(isinstance(f, Array) for _, _, f in e.factors()):
+    if not all(isinstance(f, Array) for _, c, f in e.factors() if c in tensors):
         return "formula operands: use generic"
     if e.value_dtype(0).kind == "c":
         return "complex values: use contraction"
@@ -124,8 +129,8 @@ def roles(e: BatchedEinsum) -> Roles | str:
         return "needs a reduction index and an output index"
     out = list(e.out_indices)
     x = out[-1]
-    b = 0 if x in e.in_indices[0] else 1
-    a = 1 - b
+    b = tensors[0] if x in e.in_indices[tensors[0]] else tensors[1]
+    a = tensors[1] if b == tensors[0] else tensors[0]
     if x in e.in_indices[a]:
         return f"{x} indexes both operands (a batch index): not a GEMM tile"
     only_a = [i for i in out if i in e.in_indices[a] and i not in e.in_indices[b]]
@@ -137,7 +142,8 @@ def roles(e: BatchedEinsum) -> Roles | str:
     k = str(main_reduction(e))
     ks = _grow(e, k, [*memory_orders(e, a), *memory_orders(e, b)], set(e.reduction_indices))
     return Roles(a, b, xs, ys, ks, tuple(i for i in out if i not in (*xs, *ys)),
-                 tuple(i for i in e.reduction_indices if i not in ks))
+                 tuple(i for i in e.reduction_indices if i not in ks),
+                 tuple(c for c in range(e.noperands) if not e.in_indices[c]))
 
 
 def group_length(e: BatchedEinsum, group: Sequence[str]) -> Any:
@@ -439,7 +445,8 @@ def _stores(e: BatchedEinsum, r: Roles, t: Tiling, lens: dict[str, Any]) -> list
     if t.split == 1:
         idx = {**components(e, r.y, gm), **components(e, r.x, gn),
                **{i: _V(i) for i in r.rest}}
-        return [lp.Assignment(subscript("out0", *(idx[i] for i in e.out_indices)), cell,
+        return [lp.Assignment(subscript("out0", *(idx[i] for i in e.out_indices)),
+                              _scaled(cell, r),
                               id="store", predicates=inside, within_inames=within,
                               depends_on=frozenset({"fma"}))]
     sm, sn = _V("sm"), _V("sn")
@@ -451,9 +458,14 @@ def _stores(e: BatchedEinsum, r: Roles, t: Tiling, lens: dict[str, Any]) -> list
                       within_inames=within | {"gs"}),
         lp.BarrierInstruction("slices_done", synchronization_kind="global",
                               depends_on=frozenset({"store"})),
-        lp.Assignment(subscript("out0", *(idx[i] for i in e.out_indices)), total,
-                      id="sum_slices", within_inames=frozenset({"sm", "sn"}),
+        lp.Assignment(subscript("out0", *(idx[i] for i in e.out_indices)),
+                      _scaled(total, r), id="sum_slices", within_inames=frozenset({"sm", "sn"}),
                       depends_on=frozenset({"slices_done"}))]
+
+
+def _scaled(value: Any, r: Roles) -> Any:
+    """*value* times the scalar operands (:attr:`Roles.scales`)."""
+    return prim.Product((value, *(_V(f"op{c}_r0") for c in r.scales))) if r.scales else value
 
 
 def _affine(expr: Any) -> str:
