@@ -38,6 +38,7 @@ import numpy as np
 import pymbolic.primitives as prim
 
 from feinsum.errors import RecipeFailure
+from feinsum.matching.combined import combined_kernel
 
 if TYPE_CHECKING:
     import loopy as lp
@@ -523,7 +524,7 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
 
     # }}}
 
-    knl = _combined(base, placed, args, list(new.values()))
+    knl = combined_kernel(base, placed, args, list(new.values()))
     from feinsum.matching.merge import launch_groups, schedule_rest, with_barriers
 
     scheduled = 0
@@ -545,63 +546,6 @@ def assemble(user: lp.LoopKernel, parts: Sequence[Part], *,
                         schedule.private_memory)
         result = list(knl.instructions)
     return Assembled(knl.copy(instructions=result), scheduled, tuple(first))
-
-
-def _combined(base: Any, placed: Sequence[Any], args: list[Any], insns: list[Any]) -> Any:
-    import islpy as isl
-
-    assumptions = base.assumptions
-    temps = dict(base.temporary_variables)
-    inames = dict(base.inames)
-    domains = list(base.domains)
-    priority = set(base.loop_priority)
-    slabs = dict(base.iname_slab_increments)
-    opts = list(base.options.build_options or [])
-    preambles = list(base.preambles)
-    generators = list(base.preamble_generators)
-    silenced = set(base.silenced_warnings)
-    for tk in placed:
-        if not tk.assumptions.is_universe():
-            a, b = isl.align_two(assumptions, tk.assumptions)
-            assumptions = (a & b).params()
-        temps.update(tk.temporary_variables)
-        inames.update(tk.inames)
-        domains.extend(tk.domains)
-        priority |= set(tk.loop_priority)
-        slabs.update(dict(tk.iname_slab_increments))
-        opts.extend(tk.options.build_options or [])
-        preambles.extend(tk.preambles)
-        generators.extend(tk.preamble_generators)
-        silenced |= set(tk.silenced_warnings)
-    return base.copy(
-        domains=domains, instructions=insns, args=args, temporary_variables=temps,
-        inames=inames, assumptions=assumptions, loop_priority=frozenset(priority),
-        iname_slab_increments=type(base.iname_slab_increments)(slabs),
-        options=base.options.copy(build_options=list(dict.fromkeys(opts)),
-                                  **_relaxed_checks(base, placed)),
-        preambles=tuple(dict.fromkeys(preambles)),
-        preamble_generators=tuple(dict.fromkeys(generators)),
-        silenced_warnings=frozenset(silenced))
-
-
-#: loopy's checks a recipe may relax for the code it generates (a flat copy of a C-order
-#: operand reads past the end of a row; accesses ordered by barriers loopy cannot see)
-RELAXABLE_CHECKS = ("enforce_array_accesses_within_bounds", "enforce_variable_access_ordered")
-
-
-def _relaxed_checks(base: Any, placed: Sequence[Any]) -> dict[str, Any]:
-    """The checks of loopy that the transformed einsums' kernels relaxed, relaxed in the
-    kernel they are placed in too (else loopy refuses the code there that it accepted in
-    the recipe's kernel): ``"no_check"`` where one of them says so, else ``False`` where
-    one says so."""
-    out: dict[str, Any] = {}
-    for name in RELAXABLE_CHECKS:
-        values = [getattr(tk.options, name) for tk in placed]
-        if "no_check" in values:
-            out[name] = "no_check"
-        elif any(v is False for v in values) and getattr(base.options, name) != "no_check":
-            out[name] = False
-    return out
 
 
 def _check_private(knl: Any, unit_ids: Sequence[frozenset[str]], cuts: Sequence[int]) -> None:
