@@ -246,6 +246,28 @@ def test_checks_beside_an_einsum_share_a_group_on_a_gpu() -> None:
     np.testing.assert_allclose(got, u @ D.T + 11.0, rtol=1e-12)
 
 
+def test_a_constant_factor_keeps_float64(cl_queue: Any) -> None:
+    """``0.4 * actx.einsum(...)`` in float64 is one einsum under pytato with the constant
+    as an operand: the hook's kernel multiplies by 0.4, not by float32's
+    0.4000000059604645 (a relative error of 1.5e-8 in every entry, and the numpy reference
+    of the tuner's validation made the same one)."""
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+
+    actx = FeinsumPytatoPyOpenCLArrayContext(cl_queue, feinsum_db=False)
+    rng = np.random.default_rng(10)
+    D, u = rng.random((35, 35)) + 0.5, rng.random((3001, 35)) + 0.5
+
+    def scaled(D: Any, u: Any) -> Any:
+        return 0.4 * actx.einsum("ij,ej->ei", D, u)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = actx.to_numpy(actx.compile(scaled)(actx.from_numpy(D), actx.from_numpy(u)))
+    assert [g.action for g in actx.feinsum_last_report.groups] == ["default"]
+    exact = 0.4 * (u.astype(np.longdouble) @ D.T.astype(np.longdouble))
+    np.testing.assert_allclose(got, exact.astype(np.float64), rtol=1e-14)
+
+
 @pytest.mark.parametrize("scaled", [False, True], ids=["product", "twice the product"])
 def test_matrix_products_for_a_gpu_model(scaled: bool) -> None:
     """``actx.einsum("ik,kj->ij")`` and twice it (one einsum under pytato, with the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import loopy as lp
 import numpy as np
 import pytest
 
@@ -276,3 +277,24 @@ def test_local_parallel_reductions_agree(cl_queue: Any, rng: np.random.Generator
 # }}}
 
 # vim: foldmethod=marker
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_constant_operand_computes_at_the_precision_of_its_einsum(
+        dtype: Any, cl_queue: Any, rng: np.random.Generator) -> None:
+    """A formula of no array (pytato's 0.4 in ``0.4 * actx.einsum(...)``) is a weak
+    constant: 0.4 in a float64 einsum, not float32's 0.4000000059604645 (a relative error
+    of 1.5e-8 in every entry), and a float32 einsum stays float32."""
+    D, u = fs.array("D", (5, 5), dtype), fs.array("u", ("E", 5), dtype)
+    e = fs.einsum("ij,ej,->ei", D, u, fs.formula("c", (), "0.4", []))
+    code = lp.generate_code_v2(generate_loopy(e)).device_code()
+    if dtype == np.float64:
+        assert "0.4000000059604645" not in code and "0.4f" not in code
+    arrays = {"D": (rng.random((5, 5)) + 0.5).astype(dtype),
+              "u": (rng.random((7, 5)) + 0.5).astype(dtype)}  # no cancellation
+    want = evaluate(e, arrays)["out0"]
+    assert want.dtype == dtype
+    exact = 0.4 * (arrays["u"].astype(np.longdouble) @ arrays["D"].T.astype(np.longdouble))
+    rtol = 1e-14 if dtype == np.float64 else 1e-6
+    np.testing.assert_allclose(want, exact.astype(np.float64), rtol=rtol)
+    assert_agree(e, run(generate_loopy(e), cl_queue, arrays), {"out0": want})

@@ -23,7 +23,7 @@ import pymbolic.primitives as prim
 
 import feinsum.lowering.loopy_setup  # noqa: F401  (loopy must never prompt for input)
 from feinsum.errors import SpecificationError
-from feinsum.spec.dtypes import check_reduction_dtypes, compute_dtype
+from feinsum.spec.dtypes import check_reduction_dtypes, compute_dtype, formula_dtype
 from feinsum.spec.formulas import variable_name
 from feinsum.spec.model import INDEX_REDUCTIONS, Array, BatchedEinsum, Formula, Length
 
@@ -107,9 +107,12 @@ def typed_constant(value: Any, dtype: np.dtype[Any]) -> Any:
     return value
 
 
-def _formula_rule_body(f: Formula, inames: Mapping[str, str]) -> Any:
+def _formula_rule_body(f: Formula, inames: Mapping[str, str],
+                       dtype: np.dtype[Any] | None = None) -> Any:
     """The formula's expression with typed constants, casts of arrays to the formula's
-    dtype, feinsum's NaN-propagating min/max, and renamed feature indices."""
+    dtype (*dtype*: what it computes in, :func:`feinsum.spec.dtypes.formula_dtype`;
+    default: its own), feinsum's NaN-propagating min/max, and renamed feature
+    indices."""
     from loopy.library.reduction import MaxReductionOperation, MinReductionOperation
     from loopy.symbolic import Reduction, TypeCast
     from pymbolic.mapper import IdentityMapper
@@ -117,15 +120,15 @@ def _formula_rule_body(f: Formula, inames: Mapping[str, str]) -> Any:
     from feinsum.lowering.loopy_ops import MaxReduction, MinReduction
     from feinsum.spec.formulas import formula_result_dtype
 
-    dtype = formula_result_dtype(f)
+    computed: np.dtype[Any] = formula_result_dtype(f) if dtype is None else dtype
     arrays = {a.name: a for a in f.arrays}
 
     def cast(expr: Any, dt: np.dtype[Any]) -> Any:
-        return expr if dt == dtype else TypeCast(dtype, expr)
+        return expr if dt == computed else TypeCast(computed, expr)
 
     class Lower(IdentityMapper):  # type: ignore[misc]
         def map_constant(self, expr: Any) -> Any:
-            return typed_constant(expr, dtype)
+            return typed_constant(expr, computed)
 
         def map_variable(self, expr: prim.Variable) -> Any:
             if expr.name in arrays:
@@ -164,7 +167,7 @@ def generate_loopy(e: BatchedEinsum) -> lp.TranslationUnit:
     from loopy.symbolic import Reduction, TypeCast
 
     from feinsum.lowering.loopy_ops import OPERATIONS, register_extra_functions
-    from feinsum.spec.formulas import feature_indices, formula_result_dtype
+    from feinsum.spec.formulas import feature_indices
 
     _check_reserved_names(e)
     check_reduction_dtypes(e)
@@ -208,7 +211,8 @@ def generate_loopy(e: BatchedEinsum) -> lp.TranslationUnit:
     # {{{ substitution rules and instructions
 
     rules: list[Any] = [
-        lp.SubstitutionRule(f.name, f.arguments, _formula_rule_body(f, features[f.name]))
+        lp.SubstitutionRule(f.name, f.arguments,
+                            _formula_rule_body(f, features[f.name], formula_dtype(e, f)))
         for f in e.formulas
     ]
 
@@ -217,7 +221,7 @@ def generate_loopy(e: BatchedEinsum) -> lp.TranslationUnit:
             expr: Any = prim.Subscript(prim.Variable(f.name), idx) if idx else prim.Variable(f.name)
             fdt = f.dtype
         else:
-            expr, fdt = prim.Call(prim.Variable(f.name), idx), formula_result_dtype(f)
+            expr, fdt = prim.Call(prim.Variable(f.name), idx), formula_dtype(e, f)
         return expr if fdt == dt else TypeCast(dt, expr)
 
     red = e.reduction_indices

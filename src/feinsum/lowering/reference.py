@@ -175,13 +175,14 @@ class _Block:
 class _FormulaEval:
     """Evaluates one formula application (a formula on given einsum indices) on blocks."""
 
-    def __init__(self, f: Formula, indices: tuple[str, ...], symbols: Mapping[str, int]) -> None:
-        from feinsum.spec.formulas import feature_indices, formula_result_dtype
+    def __init__(self, f: Formula, indices: tuple[str, ...], symbols: Mapping[str, int],
+                 dtype: np.dtype[Any]) -> None:
+        from feinsum.spec.formulas import feature_indices
 
         self.arrays = {a.name: a for a in f.arrays}
         self.expression = f.expression
         self.args = dict(zip(f.arguments, indices, strict=True))
-        self.dtype = formula_result_dtype(f)
+        self.dtype = dtype
         self.features = {
             d: n if isinstance(n, int) else symbols[n] for d, n in feature_indices(f).items()
         }
@@ -363,7 +364,7 @@ def evaluate(
         return dict(_block_sparse_module().evaluate_block_sparse(e, arrays))
 
     from feinsum.lowering.reduction_updates import neutral_value
-    from feinsum.spec.dtypes import check_reduction_dtypes, compute_dtype
+    from feinsum.spec.dtypes import check_reduction_dtypes, compute_dtype, formula_dtype
     from feinsum.spec.formulas import feature_indices
 
     check_reduction_dtypes(e)
@@ -388,7 +389,8 @@ def evaluate(
     # {{{ blocks over the (output x reduction) space
 
     dtypes = {r: compute_dtype(e, r) for r in general}
-    evaluators = {(f.name, e.in_indices[c]): _FormulaEval(f, e.in_indices[c], symbols)
+    evaluators = {(f.name, e.in_indices[c]): _FormulaEval(f, e.in_indices[c], symbols,
+                                                          formula_dtype(e, f))
                   for r in general for c, entry in enumerate(e.arguments[r]) for f in entry
                   if isinstance(f, Formula)}
     axes = (*e.out_indices, *e.reduction_indices)

@@ -205,8 +205,8 @@ def row_terms(form: Form, *, unroll_short: bool = True) -> list[RowTerm]:
     from pymbolic.mapper.substitutor import make_subst_func
 
     from feinsum.lowering.kernel import _formula_rule_body, feature_inames
-    from feinsum.spec.dtypes import compute_dtype
-    from feinsum.spec.formulas import feature_indices, formula_result_dtype
+    from feinsum.spec.dtypes import compute_dtype, formula_dtype
+    from feinsum.spec.formulas import feature_indices
 
     e = form.e
     features = feature_inames(e)
@@ -225,13 +225,13 @@ def row_terms(form: Form, *, unroll_short: bool = True) -> list[RowTerm]:
                             prim.Variable(f.name))
                         fdt = f.dtype
                     else:
-                        body = _formula_rule_body(f, features[f.name])
+                        fdt = formula_dtype(e, f)
+                        body = _formula_rule_body(f, features[f.name], fdt)
                         lengths = {features[f.name][d]: int(n)  # type: ignore[call-overload]
                                    for d, n in feature_indices(f).items()}
                         body = _unroll_reductions(body, lengths)
                         argmap = dict(zip(f.arguments, idx, strict=True))
                         x = SubstitutionMapper(make_subst_func(argmap))(body)
-                        fdt = formula_result_dtype(f)
                     factors.append(x if fdt == dt else TypeCast(dt, x))
             terms.append(RowTerm(r, t or (), tuple(factors)))
     return terms

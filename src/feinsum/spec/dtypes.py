@@ -11,7 +11,7 @@ from feinsum.errors import DTypeError
 from feinsum.spec.model import Array
 
 if TYPE_CHECKING:
-    from feinsum.spec.model import BatchedEinsum
+    from feinsum.spec.model import BatchedEinsum, Formula
 
 
 def compute_dtype(e: BatchedEinsum, row: int) -> np.dtype[Any]:
@@ -25,6 +25,22 @@ def compute_dtype(e: BatchedEinsum, row: int) -> np.dtype[Any]:
         *(f.dtype if isinstance(f, Array) else formula_result_dtype(f)
           for entry in e.arguments[row] for f in entry)
     )
+
+
+def formula_dtype(e: BatchedEinsum, f: Formula) -> np.dtype[Any]:
+    """dtype formula *f* computes in within *e*: its own
+    (:func:`~feinsum.spec.formulas.formula_result_dtype`), except for a formula that reads
+    no array (a constant: pytato's ``0.4`` in ``0.4 * (...)``), whose literals are weak as
+    numpy's Python scalars are: it computes at the precision of the rows that read it,
+    so that a float64 einsum multiplies by 0.4, not by float32's 0.4000000059604645."""
+    from feinsum.spec.formulas import formula_result_dtype
+
+    own = formula_result_dtype(f)
+    if f.arrays:
+        return own
+    readers = [compute_dtype(e, r) for r, row in enumerate(e.arguments)
+               if any(g == f for entry in row for g in entry)]
+    return np.result_type(own, *readers)
 
 
 def check_reduction_dtypes(e: BatchedEinsum) -> None:
