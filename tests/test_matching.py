@@ -104,6 +104,25 @@ def test_scalar_and_constant_factors_get_columns_of_their_own():
     assert e.value_dtype(0) == np.dtype(F32)
 
 
+def test_a_typed_float32_constant_keeps_a_float32_einsum():
+    """A compiler that types its literals (``numpy.float32(0.4)`` in the expression): the
+    constant becomes the Python float of its value, weak as numpy's, so the einsum is
+    float32 as its output (it was refused: the constant made the operands float64), and
+    the spec has a text that parses back (the database stores it)."""
+    import pymbolic.primitives as prim
+
+    t_unit = knl("{[i,j]: 0<=i<n and 0<=j<m}", "y[i] = sum(j, A[i,j]*x[j])",
+                 [g("A,x,y", F32), ...])
+    insn = t_unit.default_entrypoint.instructions[0]
+    t_unit = t_unit.with_kernel(t_unit.default_entrypoint.copy(instructions=[
+        insn.copy(expression=prim.Product((np.float32(0.4), insn.expression)))]))
+    m = feinsum.match_einsum(t_unit)
+    assert m.einsum.value_dtype(0) == np.dtype(F32)
+    (const,) = m.einsum.formulas
+    assert type(const.expression) is float and const.expression == float(np.float32(0.4))
+    assert feinsum.spec_from_json(feinsum.spec_to_json(m.einsum)) == m.einsum
+
+
 def test_constant_one_is_dropped():
     m = feinsum.match_einsum(lp.make_einsum("ij,j->i", ["A", "x"]),
                              dtypes={"A": F64, "x": F64})

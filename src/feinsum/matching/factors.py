@@ -385,7 +385,10 @@ class _GroupState:
     def constant(self, value: Any) -> Formula:
         from feinsum.spec.model import Formula
 
-        if isinstance(value, (int, np.integer)):
+        if isinstance(value, (int, np.integer, np.floating)):
+            # a Python float, weak as numpy's (a compiler's numpy.float32(0.4) keeps its
+            # value, 0.4000000059604645, and a float32 einsum float32; the spec's text
+            # parses back)
             value = float(value)
         key = ("const", value)
         if key in self.by_key:
