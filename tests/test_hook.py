@@ -298,6 +298,28 @@ def test_few_flops_in_long_sums_get_a_kernel_on_a_gpu(n: int, action: str,
     assert [g.action for g in on_cpu.groups] == ["skipped"]
 
 
+@pytest.mark.parametrize("scale", ["", "2*"])
+def test_a_fixed_size_matrix_product_builds_and_runs(scale: str, cl_queue: Any) -> None:
+    """The contraction default's vector loads name their bound in C code, which loopy's
+    fix_parameters does not rewrite: in a compiler's kernel of fixed long lengths (256
+    and more: symbols in the canonical spec) the device compiler met an undeclared
+    ``n2`` at the first call. Scaled too (a scalar factor, which contraction now takes)."""
+    from feinsum.hook import transform_program
+
+    t = lp.make_kernel("{[i,j,k]: 0<=i<300 and 0<=j<260 and 0<=k<280}",
+                       f"out[i,j] = {scale}sum(k, A[i,k]*B[k,j])",
+                       [lp.GlobalArg("A", np.float32, shape=(300, 280)),
+                        lp.GlobalArg("B", np.float32, shape=(280, 260)),
+                        lp.GlobalArg("out", np.float32, shape=(300, 260))],
+                       lang_version=(2018, 2))
+    new, rep = transform_program(t, device=cl_queue.device, db=False)
+    assert [(g.action, g.recipe) for g in rep.groups] == [("default", "contraction")], str(rep)
+    rng = np.random.default_rng(5)
+    A, B = rng.random((300, 280), dtype=np.float32), rng.random((280, 260), dtype=np.float32)
+    _, (out,) = new.executor(cl_queue.context)(cl_queue, A=A, B=B)
+    np.testing.assert_allclose(out, (2 if scale else 1) * A @ B, rtol=1e-5)
+
+
 @pytest.mark.parametrize(("n", "tile"), [(1024, 8), (300, 4)])
 def test_a_default_sees_the_lengths_of_the_kernel(n: int, tile: int) -> None:
     """The hook's default is computed at the lengths the compiler's kernel has: an H200

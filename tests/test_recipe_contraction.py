@@ -29,6 +29,9 @@ def contraction_specs(dt: str) -> list[fs.BatchedEinsum]:
         fs.einsum("ik,kj->ij", a("A", ("M", "K"), dt), a("B", ("K", "N"), dt)),
         fs.einsum("ijkl,mi->mjkl", a("T", (9, 5, 3, "L"), dt), a("W", ("Q", 9), dt)),
         fs.einsum("ijk,jkl->il", a("A", ("I", 6, 5), dt), a("B", (6, 5, "L"), dt)),
+        # scalar factors between and after the operands (pytato's 2 * (A @ B), alpha)
+        fs.einsum("ik,,kj,->ij", a("A", ("M", "K"), dt), a("s", (), dt),
+                  a("B", ("K", "N"), dt), fs.formula("two", (), "2.0", [])),
     ]
 
 
@@ -57,7 +60,7 @@ def test_applies_to_two_operand_contractions(cl_device):  # type: ignore[no-unty
         assert r.applies(canonicalize(e), cl_device) is None
     a = fs.array
     three = fs.einsum("ij,jk,kl->il", a("A", (5, 6)), a("B", (6, 7)), a("C", (7, 8)))
-    assert "two-operand" in r.applies(canonicalize(three), cl_device)
+    assert "two operands" in r.applies(canonicalize(three), cl_device)
     ew = fs.einsum("ij,ij->ij", a("A", (5, 6)), a("B", (5, 6)))
     assert "no reduction" in r.applies(canonicalize(ew), cl_device)
     shared = fs.einsum("ik,jk->k", a("A", (3, 5)), a("B", (6, 5)))

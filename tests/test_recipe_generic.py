@@ -87,6 +87,25 @@ def test_generic_vector_configurations(cl_queue) -> None:  # type: ignore[no-unt
     assert_all_ok(cases)
 
 
+def test_a_scalar_formula_factor_on_two_hardware_axes(cl_queue) -> None:  # type: ignore[no-untyped-def]
+    """``2.0 * (A @ B)`` (a formula operand of no index, broadcast outside the vector
+    index's loop): the default and vector configurations with the second output index on
+    a group axis run (the broadcast used one group axis of two: loopy refused it)."""
+    from feinsum.recipes.recipe import as_device_info
+    from feinsum.spec.canonical import canonicalize
+
+    a = feinsum.array
+    e = canonicalize(feinsum.einsum("ik,kj,->ij", a("A", ("M", "K"), np.float32),
+                                    a("B", ("K", "N"), np.float32),
+                                    feinsum.formula("two", (), "2.0", [])))
+    r, device = get_recipe("generic"), as_device_info(cl_queue.device)
+    lengths = [dict.fromkeys(e.length_symbols, n) for n in (5, 300)]
+    default = r.default(e, device)
+    assert default["vec"] > 1
+    for p in (default, {**default, "ly": 2}, {**default, "vec": 4, "px": 2}):
+        assert check_configuration(r, e, p, lengths, cl_queue) is None, p
+
+
 def test_generic_staging(cl_queue) -> None:  # type: ignore[no-untyped-def]
     """Random sampling rarely stages; check local and private staging explicitly."""
     from feinsum.spec.canonical import canonicalize

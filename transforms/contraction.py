@@ -1,5 +1,6 @@
 """contraction: two-operand tensor contractions (``ik,kj->ij``, ``ijkl,mi->mjkl``,
-``ijk,jkl->il``...) by two-level tiling, in one of two schemes.
+``ijk,jkl->il``..., and with scalar factors: ``ik,kj,->ij``) by two-level tiling, in one
+of two schemes.
 
 ``tiled`` (portable, GPUs): the output's contiguous index ``x`` (from operand ``B``) and
 the last free index ``y`` of operand ``A`` form ``lx x ly`` work-items per group, each
@@ -25,17 +26,18 @@ from feinsum.toolbox import tiles as tt
 
 def _roles(e: Any) -> dict[str, Any] | str:
     """The indices and operands the tiling uses, or why the recipe does not apply."""
-    if e.block_sparse is not None or e.reduction != "sum" or e.noperands != 2:
-        return "needs a dense two-operand sum"
-    if not all(isinstance(f, Array) for _, _, f in e.factors()):
+    tensors = [c for c in range(e.noperands) if e.in_indices[c]]
+    if e.block_sparse is not None or e.reduction != "sum" or len(tensors) != 2:
+        return "needs a dense sum of two operands (and scalar factors)"
+    if not all(isinstance(f, Array) for _, c, f in e.factors() if c in tensors):
         return "formula operands: use generic"
     if not e.reduction_indices:
         return "no reduction index (elementwise: use generic/elementwise)"
     if not e.out_indices:
         return "a full reduction to a scalar"
     x = e.out_indices[-1]
-    b = 0 if x in e.in_indices[0] else 1
-    a = 1 - b
+    b = tensors[0] if x in e.in_indices[tensors[0]] else tensors[1]
+    a = tensors[1] if b == tensors[0] else tensors[0]
     if x in e.in_indices[a]:
         return f"{x} indexes both operands (a batch index): not a contraction tile"
     if not (ys := [i for i in e.out_indices if i not in e.in_indices[b]]):
@@ -44,7 +46,8 @@ def _roles(e: Any) -> dict[str, Any] | str:
                                                 e.lengths[i] if tb.is_fixed(e, i) else 0))
     rest = [i for i in e.out_indices if i not in (x, ys[-1])]
     return {"x": x, "y": ys[-1], "k": k, "a": a, "b": b, "rest": rest,
-            "red": [i for i in e.reduction_indices if i != k]}
+            "red": [i for i in e.reduction_indices if i != k],
+            "scales": [c for c in range(e.noperands) if c not in tensors]}
 
 
 def _tile_bytes(e: Any, p: dict[str, Any]) -> int:
@@ -114,7 +117,8 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
         raise ValueError(r)
     if p["scheme"] == "vector":
         return tt.vector_tile_kernel(t_unit, e, x=r["x"], y=r["y"], b=r["b"], vec=p["vec"],
-                                     tx=p["tx"], ty=p["ty"], work_items=p["lx"])
+                                     tx=p["tx"], ty=p["ty"], work_items=p["lx"], a=r["a"],
+                                     scales=r["scales"])
     x, y, k = r["x"], r["y"], r["k"]
     t = tb.silence(tb.assume_nonempty(t_unit, e), "v1_scheduler_fallback")
     t = tb.distribute(t, x, work_items=p["lx"], axis=0, per_item=p["px"], per_item_tag="ilp",

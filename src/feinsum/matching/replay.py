@@ -111,7 +111,8 @@ def transformed_einsum(match: Match, recipe: Any, params: Mapping[str, Any], dev
         raise RecipeFailure(f"recipe {name!r} returned no kernel {KERNEL_NAME!r}") from exc
     try:
         if match.canonical_lengths:
-            tk = lp.fix_parameters(tk, **match.canonical_lengths)  # type: ignore[arg-type]
+            tk = lp.fix_parameters(_fixed_c_code(tk, match.canonical_lengths),
+                                   **match.canonical_lengths)  # type: ignore[arg-type]
         tk = lp.expand_subst(tk)
     except Exception as exc:
         raise RecipeFailure(f"the kernel recipe {name!r} made cannot take the kernel's fixed "
@@ -121,6 +122,25 @@ def transformed_einsum(match: Match, recipe: Any, params: Mapping[str, Any], dev
                                  else result, tk)
     extra = {k: v for k, v in result.callables_table.items() if k != KERNEL_NAME}
     return Part(match, tk, ref[KERNEL_NAME], cast(Any, extra), problem)
+
+
+def _fixed_c_code(tk: Any, values: Mapping[str, int]) -> Any:
+    """*tk* with the lengths *values* written into the code of its C statements (a vector
+    load's bound), which ``lp.fix_parameters`` leaves as it is: else the code names a
+    length the kernel no longer declares, and the device compiler refuses it."""
+    import re
+
+    from loopy.kernel.instruction import CInstruction
+
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, values)) + r")\b")
+    insns = []
+    for insn in tk.instructions:
+        if isinstance(insn, CInstruction) and pattern.search(insn.code):
+            insn = insn.copy(
+                code=pattern.sub(lambda m: f"({int(values[m.group(1)])})", insn.code),
+                read_variables=frozenset(insn.read_variables) - set(values))
+        insns.append(insn)
+    return tk.copy(instructions=insns)
 
 
 def loop_nests(t_unit: lp.TranslationUnit, name: str) -> set[tuple[str, ...]]:

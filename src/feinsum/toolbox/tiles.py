@@ -39,7 +39,7 @@ def _whole_vectors(knl: lp.LoopKernel, rule: Any, idx: Sequence[str], x: str, ve
 
 def vector_tile_kernel(
     t_unit: lp.TranslationUnit, e: BatchedEinsum, *, x: str, y: str, b: int, vec: int,
-    tx: int, ty: int, work_items: int,
+    tx: int, ty: int, work_items: int, a: int | None = None, scales: Sequence[int] = (),
 ) -> lp.TranslationUnit:
     """A contraction kernel for CPUs: each work-item owns ``ty`` entries of output index
     *y* times ``tx`` OpenCL vectors of ``vec`` consecutive entries of the contiguous
@@ -49,8 +49,11 @@ def vector_tile_kernel(
     operand a plain array of the value type), broadcasts ``ty`` entries of the other
     operand and updates ``tx x ty``
     vector accumulators, written as separate statements in one loop nest. Other output
-    indices: ``g.2`` (the first) and loops. Lanes outside the output are not stored."""
+    indices: ``g.2`` (the first) and loops. Lanes outside the output are not stored.
+    *a*: the other operand's column (default: the other of two); *scales*: columns of
+    scalar operands, which multiply each sum as it is stored."""
     knl = kernel_of(t_unit)
+    a = 1 - b if a is None else a
     rules, V = knl.substitutions, vec
     red = sorted(e.reduction_indices, key=lambda i: isinstance(e.lengths[i], str))
     rest = [i for i in e.out_indices if i not in (x, y)]
@@ -97,11 +100,12 @@ def vector_tile_kernel(
                 within_inames=frozenset({*core, *red, "lane"})))
         for t in range(ty):
             yi = clamp(yb * ty + t, length[y])
-            a_args = [yi if i == y else loop[i] for i in e.in_indices[1 - b]]
-            a_val = prim.Variable(f"op{1 - b}_r{r}")(*a_args)
+            a_args = [yi if i == y else loop[i] for i in e.in_indices[a]]
+            a_val = prim.Variable(f"op{a}_r{r}")(*a_args)
             for c in range(tx):
                 cell, sfx = subscript(acc, t, c, ev), f"{r}_{t}_{c}"
-                pair = (a_val, subscript(bts[c], ev)) if b else (subscript(bts[c], ev), a_val)
+                pair = (a_val, subscript(bts[c], ev)) if b > a else (subscript(bts[c], ev),
+                                                                     a_val)
                 insns += [
                     lp.Assignment(cell, e.value_dtype(r).type(0), id=f"init{sfx}",
                                   within_inames=frozenset({*core, *evs})),
@@ -112,8 +116,12 @@ def vector_tile_kernel(
                 xo = xb * (tx * V) + c * V + prim.Variable(f"sl{r}")
                 ys = yb * ty + t
                 idx = [xo if i == x else ys if i == y else loop[i] for i in e.out_indices]
+                total = subscript(acc, t, c, prim.Variable(f"sl{r}"))
+                if scales:
+                    total = prim.Product((total, *(prim.Variable(f"op{k}_r{r}")
+                                                   for k in scales)))
                 insns.append(lp.Assignment(
-                    subscript(f"out{r}", *idx), subscript(acc, t, c, prim.Variable(f"sl{r}")),
+                    subscript(f"out{r}", *idx), total,
                     id=f"store{sfx}", depends_on=frozenset({f"upd{sfx}"}),
                     within_inames=frozenset({*core, f"sl{r}"}),
                     predicates=frozenset({cast(Any, prim.Comparison(xo, "<", length[x])),
