@@ -19,25 +19,21 @@ from typing import Any
 import loopy as lp
 
 from feinsum import recipes as rc
-from feinsum.spec.model import Array
 from feinsum.toolbox import core as tb
 from feinsum.toolbox import tiles as tt
 
 
 def _roles(e: Any) -> dict[str, Any] | str:
     """The indices and operands the tiling uses, or why the recipe does not apply."""
-    tensors = [c for c in range(e.noperands) if e.in_indices[c]]
-    if e.block_sparse is not None or e.reduction != "sum" or len(tensors) != 2:
-        return "needs a dense sum of two operands (and scalar factors)"
-    if not all(isinstance(f, Array) for _, c, f in e.factors() if c in tensors):
-        return "formula operands: use generic"
+    if isinstance(ops := tb.two_operands(e), str):
+        return ops
+    (t0, t1), scales = ops
     if not e.reduction_indices:
         return "no reduction index (elementwise: use generic/elementwise)"
     if not e.out_indices:
         return "a full reduction to a scalar"
     x = e.out_indices[-1]
-    b = tensors[0] if x in e.in_indices[tensors[0]] else tensors[1]
-    a = tensors[1] if b == tensors[0] else tensors[0]
+    b, a = (t0, t1) if x in e.in_indices[t0] else (t1, t0)
     if x in e.in_indices[a]:
         return f"{x} indexes both operands (a batch index): not a contraction tile"
     if not (ys := [i for i in e.out_indices if i not in e.in_indices[b]]):
@@ -45,9 +41,8 @@ def _roles(e: Any) -> dict[str, Any] | str:
     k = max(e.reduction_indices, key=lambda i: (not tb.is_fixed(e, i),
                                                 e.lengths[i] if tb.is_fixed(e, i) else 0))
     rest = [i for i in e.out_indices if i not in (x, ys[-1])]
-    return {"x": x, "y": ys[-1], "k": k, "a": a, "b": b, "rest": rest,
-            "red": [i for i in e.reduction_indices if i != k],
-            "scales": [c for c in range(e.noperands) if c not in tensors]}
+    return {"x": x, "y": ys[-1], "k": k, "a": a, "b": b, "rest": rest, "scales": scales,
+            "red": [i for i in e.reduction_indices if i != k]}
 
 
 def _tile_bytes(e: Any, p: dict[str, Any]) -> int:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import loopy as lp
-
 from feinsum.recipes import Boolean, Choice, Constraint, ParameterSpace, PowersOfTwo, Recipe
 from feinsum.toolbox import core as tb
 from feinsum.toolbox import vec as tv
@@ -142,12 +140,7 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
         if p[f"stage{c}"] != "none":
             sweep, outer = _stage_plan(e, p, c)  # type: ignore[str-unpack]
             t = tb.stage_operand(t, c, sweep, address_space=p[f"stage{c}"], outer_inames=outer)
-    t = tv.finish_lanes(t)
-    if any(i.id.startswith("bcast") for i in tb.kernel_of(t).instructions):
-        # a formula operand broadcast outside the vector index's loop (a scalar factor)
-        # runs once per work-group of every hardware axis
-        t = lp.add_inames_for_unused_hw_axes(t, within="id:bcast*")
-    return t
+    return tv.finish_lanes(t)
 
 
 RECIPE = Recipe(

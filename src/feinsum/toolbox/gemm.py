@@ -39,7 +39,7 @@ import numpy as np
 import pymbolic.primitives as prim
 
 from feinsum.spec.model import Array, BatchedEinsum
-from feinsum.toolbox.core import dtype_size, kernel_of, main_reduction
+from feinsum.toolbox.core import dtype_size, kernel_of, main_reduction, two_operands
 from feinsum.toolbox.dense import subscript
 
 #: Shared-memory banks the local tiles' padding spreads the transposing copies over.
@@ -116,21 +116,18 @@ def _grow(e: BatchedEinsum, seed: str, orders: Sequence[Sequence[str]], allowed:
 
 def roles(e: BatchedEinsum) -> Roles | str:
     """The GEMM view of *e*, or why it has none."""
-    tensors = [c for c in range(e.noperands) if e.in_indices[c]]
-    if e.block_sparse is not None or e.reduction != "sum" or len(tensors) != 2:
-        return "needs a dense sum of two operands (and scalar factors)"
+    if isinstance(ops := two_operands(e), str):
+        return ops
+    (t0, t1), scales = ops
     if e.nrows != 1:
         return "several rows (a batched einsum): use contraction"
-    if not all(isinstance(f, Array) for _, c, f in e.factors() if c in tensors):
-        return "formula operands: use generic"
     if e.value_dtype(0).kind == "c":
         return "complex values: use contraction"
     if not e.reduction_indices or not e.out_indices:
         return "needs a reduction index and an output index"
     out = list(e.out_indices)
     x = out[-1]
-    b = tensors[0] if x in e.in_indices[tensors[0]] else tensors[1]
-    a = tensors[1] if b == tensors[0] else tensors[0]
+    b, a = (t0, t1) if x in e.in_indices[t0] else (t1, t0)
     if x in e.in_indices[a]:
         return f"{x} indexes both operands (a batch index): not a GEMM tile"
     only_a = [i for i in out if i in e.in_indices[a] and i not in e.in_indices[b]]
@@ -142,8 +139,7 @@ def roles(e: BatchedEinsum) -> Roles | str:
     k = str(main_reduction(e))
     ks = _grow(e, k, [*memory_orders(e, a), *memory_orders(e, b)], set(e.reduction_indices))
     return Roles(a, b, xs, ys, ks, tuple(i for i in out if i not in (*xs, *ys)),
-                 tuple(i for i in e.reduction_indices if i not in ks),
-                 tuple(c for c in range(e.noperands) if not e.in_indices[c]))
+                 tuple(i for i in e.reduction_indices if i not in ks), scales)
 
 
 def group_length(e: BatchedEinsum, group: Sequence[str]) -> Any:

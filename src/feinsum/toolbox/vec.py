@@ -212,7 +212,11 @@ def vectorize_output(t_unit: lp.TranslationUnit, e: BatchedEinsum, vec: int,
 def finish_lanes(t_unit: lp.TranslationUnit) -> lp.TranslationUnit:
     """Give the vector temporaries of :func:`vectorize_output` one vector per entry of
     the ILP loops around them (loopy's own privatisation would append those axes after
-    the vector axis and drop its ``vec`` tag). Call it after the last step."""
+    the vector axis and drop its ``vec`` tag); and a formula operand broadcast outside
+    the vector index's loop (a scalar factor) every hardware axis the kernel uses (loopy
+    refuses a statement outside one). Call it after the last step."""
+    if any(i.id.startswith("bcast") for i in kernel_of(t_unit).instructions):
+        t_unit = lp.add_inames_for_unused_hw_axes(t_unit, within="id:bcast*")
     knl = kernel_of(t_unit)
     ilp = {i for i in knl.all_inames() if knl.iname_tags_of_type(i, IlpBaseTag)}
     writers = knl.writer_map()
