@@ -541,7 +541,7 @@ class Database:
         ({name: current version}; revalidate first to keep the records whose code is
         unchanged), or *retired* by revalidation — any of these; restricted to *status*
         when given. Returns how many were (with *dry_run*: would be) deleted."""
-        from .sharing import prune_conditions
+        from .pruning import prune_conditions
 
         conds = prune_conditions(
             self._user, older_than=older_than, loopy_below=loopy_below,
