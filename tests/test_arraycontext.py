@@ -246,6 +246,43 @@ def test_checks_beside_an_einsum_share_a_group_on_a_gpu() -> None:
     np.testing.assert_allclose(got, u @ D.T + 11.0, rtol=1e-12)
 
 
+def test_dg_programs_for_a_gpu_model(cl_queue: Any) -> None:
+    """The DG step and the 20-einsum right-hand side of ``benchmarks/dg_programs.py`` as
+    pytato writes them, transformed for the H200 model and run on the CPU device: every
+    DG einsum gets dg_nodes (the pressure gradient, scaled by a constant, the generic
+    default), and the results are numpy's."""
+    import importlib.util
+    from pathlib import Path
+
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+    from feinsum.devices.models import MODELS
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "dg_programs.py"
+    spec = importlib.util.spec_from_file_location("dg_programs", path)
+    assert spec is not None and spec.loader is not None
+    dp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dp)
+    actx = FeinsumPytatoPyOpenCLArrayContext(cl_queue, feinsum_db=False,
+                                             feinsum_device=MODELS["h200"].info)
+    for name in ("DG step", "RHS (20 einsums)"):
+        fn, names = dp.PROGRAMS[name]
+        a = dp.inputs(names, 301)
+
+        def program(*xs: Any, fn: Any = fn, names: Any = names) -> Any:
+            return fn(actx, **dict(zip(names, xs, strict=True)))
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = actx.to_numpy(actx.compile(program)(*(actx.from_numpy(a[n])
+                                                        for n in names)))
+        report = actx.feinsum_last_report
+        recipes = [g.recipe for g in report.groups]
+        assert all(g.action == "default" for g in report.groups), str(report)
+        assert recipes.count("dg_nodes") >= len(recipes) - 1, str(report)
+        want = dp.numpy_version(name)(**a)
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13 * np.abs(want).max())
+
+
 def test_a_constant_factor_keeps_float64(cl_queue: Any) -> None:
     """``0.4 * actx.einsum(...)`` in float64 is one einsum under pytato with the constant
     as an operand: the hook's kernel multiplies by 0.4, not by float32's
