@@ -411,6 +411,50 @@ def test_the_hook_never_raises(cl_device: Any, monkeypatch: pytest.MonkeyPatch) 
     assert not rep.changed
 
 
+UNBUILDABLE = textwrap.dedent('''
+    """A recipe whose code loopy generates and the OpenCL C compiler refuses."""
+    import loopy as lp
+
+    from feinsum.recipes import ParameterSpace, PowersOfTwo, Recipe
+
+
+    def apply(t_unit, p, e, device):
+        knl = lp.split_iname(t_unit.default_entrypoint, e.out_indices[0], p["wg"],
+                             outer_tag="g.0", inner_tag="l.0")
+        last = knl.instructions[-1]
+        stray = lp.CInstruction((), "(void) never_declared;", id="stray",
+                                within_inames=last.within_inames,
+                                depends_on=frozenset({last.id}))
+        return t_unit.with_kernel(knl.copy(instructions=[*knl.instructions, stray]))
+
+
+    RECIPE = Recipe("unbuildable", applies=lambda e, device: None,
+                    space=lambda e, device: ParameterSpace(wg=PowersOfTwo(2, 4)),
+                    default=lambda e, device: {"wg": 4}, apply=apply)
+''')
+
+
+def test_code_the_device_cannot_build_is_not_used(cl_device: Any, cl_queue: Any,
+                                                  rng: np.random.Generator,
+                                                  tmp_path: Path) -> None:
+    """The check builds the transformed code on the device: code its OpenCL compiler
+    refuses is replaced by the default schedule before the program's first call, and the
+    report quotes the compiler."""
+    from feinsum.hook import transform_program
+
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "unbuildable.py").write_text(UNBUILDABLE)
+    t = mass_kernel()
+    new, rep = transform_program(t, device=cl_device, db=False, prefer=["unbuildable"],
+                                 recipe_path=tmp_path / "recipes")
+    (kernel,) = rep.kernel_reports
+    assert kernel.action == "scheduled", kernel
+    assert "OpenCL compiler refused" in kernel.note and "never_declared" in kernel.note
+    assert "stray" not in {i.id for i in new.default_entrypoint.instructions}
+    arrays = inputs(rng)
+    assert_same_results(run_program(t, cl_queue, arrays), run_program(new, cl_queue, arrays))
+
+
 def test_default_schedule_is_decided_once_per_shape(cl_device: Any) -> None:
     """Units of the same shape (loop lengths, independence, contiguity) share one decision,
     and all are applied in one pass."""

@@ -1,14 +1,22 @@
 """The whole-program check: loopy must linearize and generate code for what the hook made,
-before the caller runs it.
+and the device's OpenCL compiler must build that code, before the caller runs it.
 
 The check does what loopy's executor does at the call, with loopy's caches on, so the
 call reuses it instead of doing it again: for a program on a PyOpenCL target whose
-arguments all have types (pytato's programs, the eager context's einsums), the
-executor's typed-and-scheduled translation unit (:meth:`loopy.target.execution.
+arguments all have types (pytato's programs, the eager context's einsums), each
+entrypoint's executor's typed-and-scheduled translation unit (:meth:`loopy.target.execution.
 ExecutorBase.get_typed_and_scheduled_translation_unit`, cached under the program) and its
 code (:func:`loopy.generate_code_v2`, cached under the linearized program). Any failure of
 either (a schedule loopy cannot find, accesses it cannot order, a vector type it cannot
 emit) is a problem, and the caller keeps a smaller transformation.
+
+Given the ``pyopencl.Device`` the program will run on, the check also builds the code as
+the executor will (:class:`pyopencl.Program` with the entrypoint's ``build_options``): a
+device compiler that refuses the recipes' code (an identifier the code never declared, a
+vector type or built-in the device lacks) is a problem too, found here instead of at the
+program's first call. PyOpenCL keeps the binary in its cache, keyed by the code, the
+options and the device, so the call's build reads it from there: on PoCL the second build
+of a kernel takes a few percent of the first.
 
 A program with argument types known only at the call cannot be checked so: its types
 are taken as int32 (length parameters) and float64 (arrays), which does not change how
@@ -20,19 +28,49 @@ from __future__ import annotations
 from typing import Any
 
 
-def program_problem(t_unit: Any) -> str | None:
-    """Why loopy cannot run *t_unit* (None: it can); see the module docstring."""
+def program_problem(t_unit: Any, device: Any = None) -> str | None:
+    """Why loopy cannot run *t_unit* (None: it can); with *device* (a
+    ``pyopencl.Device``), also why its OpenCL compiler cannot build the code. See the
+    module docstring."""
     import loopy as lp
 
     try:
-        executor = _executor(t_unit)
-        if executor is not None and not executor.has_runtime_typed_args:
+        for entrypoint in sorted(t_unit.entrypoints) or [None]:
+            executor = _executor(t_unit, entrypoint)
+            if executor is None or executor.has_runtime_typed_args:
+                return _untyped_problem(t_unit)
             linearized = executor.get_typed_and_scheduled_translation_unit(None)
-            lp.generate_code_v2(linearized)
-            return None
-        return _untyped_problem(t_unit)
+            code = lp.generate_code_v2(linearized)
+            if device is not None:
+                problem = build_problem(code.device_code(),
+                                        linearized[entrypoint].options.build_options, device)
+                if problem is not None:
+                    return problem
+        return None
     except Exception as exc:  # any loopy failure means: not usable
         return _why(exc)
+
+
+def build_problem(code: str, options: Any, device: Any) -> str | None:
+    """Why *device*'s OpenCL compiler cannot build *code* with *options* (None: it
+    builds); the compiler's first error line, where its log has one."""
+    import pyopencl as cl
+
+    from feinsum.devices.opencl import get_context
+
+    try:
+        cl.Program(get_context(device), code).build(options=options)
+    except Exception as exc:  # the compiler's refusal, or the runtime's
+        log = str(exc)
+        first = next((ln.strip() for ln in log.splitlines() if "error" in ln.lower()
+                      and "clBuildProgram" not in ln), None)
+        what = f"the device's OpenCL compiler refused the code ({device.name.strip()})"
+        if first is None:
+            return f"{what}: {_why(exc)}"
+        import re
+
+        return f"{what}: {re.sub(r'[^ ]+:[0-9]+:[0-9]+: *', '', first)[:300]}"
+    return None
 
 
 def linearized(t_unit: Any) -> Any | None:
@@ -49,16 +87,17 @@ def linearized(t_unit: Any) -> Any | None:
     return None if typed is None else lp.linearize(lp.preprocess_program(typed))
 
 
-def _executor(t_unit: Any) -> Any | None:
-    """The executor the call will make (without an OpenCL context: the check builds
-    nothing), or None for targets other than PyOpenCL's."""
+def _executor(t_unit: Any, entrypoint: str | None = None) -> Any | None:
+    """The executor the call of *entrypoint* (default: the first) will make (without an
+    OpenCL context: :func:`build_problem` builds), or None for targets other than
+    PyOpenCL's."""
     from loopy.target.pyopencl import PyOpenCLTarget
     from loopy.target.pyopencl_execution import PyOpenCLExecutor
 
     if not isinstance(t_unit.target, PyOpenCLTarget) or not t_unit.entrypoints:
         return None
     return PyOpenCLExecutor(None, t_unit,  # type: ignore[arg-type]
-                            entrypoint=sorted(t_unit.entrypoints)[0])
+                            entrypoint=entrypoint or sorted(t_unit.entrypoints)[0])
 
 
 def _untyped_problem(t_unit: Any) -> str | None:

@@ -104,9 +104,10 @@ def _fusions(knl: Any, matches: Sequence[Any]) -> list[Any]:
 
 def reverted(groups: Sequence[GroupReport], kreport: KernelReport, problem: str
              ) -> tuple[list[GroupReport], KernelReport]:
-    """The reports of a kernel kept as it was because loopy cannot schedule what the hook
-    made of it."""
-    note = f"loopy cannot schedule the transformed kernel: {problem}"
+    """The reports of a kernel kept as it was because what the hook made of it cannot run
+    (:mod:`feinsum.hook.check`: loopy cannot schedule it or generate its code, or the
+    device cannot build the code)."""
+    note = f"the transformed kernel cannot run: {problem}"
     return ([replace(g, action="failed", note=_add(g.note, note)) if g.transformed else g
              for g in groups], replace(kreport, action="reverted", scheduled=0, note=note))
 

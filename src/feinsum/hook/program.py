@@ -200,9 +200,10 @@ def transform_program(
     (:mod:`feinsum.hook.schedule`); other kernels are left as they are (*schedule_all*:
     scheduled too). A transformation that does not pay is not made
     (:mod:`feinsum.hook.payoff`: einsums with too little work, code or time over budget).
-    loopy must linearize and generate code for every changed kernel
-    (:mod:`feinsum.hook.check`, done as the call will, so that the call reuses it); one it
-    cannot is given the default schedule only, else kept as it was. The report says what
+    loopy must linearize and generate code for every changed kernel, and a
+    ``pyopencl.Device`` *device* must build that code (:mod:`feinsum.hook.check`, done as
+    the call will, so that the call reuses it); a kernel that fails is given the default
+    schedule only, else kept as it was. The report says what
     was done to each group and kernel, and how long each phase took.
 
     Whatever goes wrong inside the hook, the caller gets a program that runs: the
@@ -441,7 +442,7 @@ def _transformed(original: Any, planner: Planner, schedule_all: bool, run_once: 
         return t[name] if kreport.action == "scheduled" else None
 
     with clock("checks"):
-        t_unit = _checked(original, t_unit, groups, kernels, default_only)
+        t_unit = _checked(original, t_unit, groups, kernels, default_only, planner.dev)
     changed = [n for n in names if kernels[n].action in ("transformed", "scheduled")]
     report = HookReport(
         device=planner.info.name, database=None,
@@ -455,11 +456,15 @@ def _transformed(original: Any, planner: Planner, schedule_all: bool, run_once: 
 
 
 def _checked(original: Any, t_unit: Any, groups: dict[str, list[GroupReport]],
-             kernels: dict[str, KernelReport], default_only: Any) -> Any:
-    """The transformed program, once loopy can run it (:mod:`feinsum.hook.check`); a
-    changed kernel it cannot run gets the default schedule only, else is put back as it
-    was (its reports say why)."""
-    from feinsum.hook.check import program_problem
+             kernels: dict[str, KernelReport], default_only: Any, device: Any) -> Any:
+    """The transformed program, once loopy can run it and *device* (a ``pyopencl.Device``
+    or None) can build it (:mod:`feinsum.hook.check`); a changed kernel that fails gets
+    the default schedule only, else is put back as it was (its reports say why)."""
+    from functools import partial
+
+    from feinsum.hook.check import program_problem as problem_of
+
+    program_problem = partial(problem_of, device=device)
     from feinsum.hook.kernels import reverted
 
     def changed() -> list[str]:
