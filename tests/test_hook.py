@@ -418,9 +418,15 @@ UNBUILDABLE = textwrap.dedent('''
     from feinsum.recipes import ParameterSpace, PowersOfTwo, Recipe
 
 
+    #: the numbers of output indices of the einsums whose code is refused (None: all)
+    REFUSED_RANKS = None
+
+
     def apply(t_unit, p, e, device):
         knl = lp.split_iname(t_unit.default_entrypoint, e.out_indices[0], p["wg"],
                              outer_tag="g.0", inner_tag="l.0")
+        if REFUSED_RANKS is not None and len(e.out_indices) not in REFUSED_RANKS:
+            return t_unit.with_kernel(knl)
         last = knl.instructions[-1]
         stray = lp.CInstruction((), "(void) never_declared;", id="stray",
                                 within_inames=last.within_inames,
@@ -451,6 +457,30 @@ def test_code_the_device_cannot_build_is_not_used(cl_device: Any, cl_queue: Any,
     assert kernel.action == "scheduled", kernel
     assert "OpenCL compiler refused" in kernel.note and "never_declared" in kernel.note
     assert "stray" not in {i.id for i in new.default_entrypoint.instructions}
+    arrays = inputs(rng)
+    assert_same_results(run_program(t, cl_queue, arrays), run_program(new, cl_queue, arrays))
+
+
+def test_only_the_group_the_device_cannot_build_is_given_back(
+        cl_device: Any, cl_queue: Any, rng: np.random.Generator, tmp_path: Path) -> None:
+    """In a kernel of two groups, the one whose code the compiler refuses is found and
+    given back alone; the other keeps its transformed code."""
+    from feinsum.hook import transform_program
+
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "unbuildable.py").write_text(
+        UNBUILDABLE.replace("REFUSED_RANKS = None", "REFUSED_RANKS = (3,)"))
+    t = mixed_program()
+    new, rep = transform_program(t, device=cl_device, db=False, prefer=["unbuildable"],
+                                 recipe_path=tmp_path / "recipes")
+    volume = {g.insn_ids: g for g in rep.groups if g.kernel == "volume"}
+    assert len(volume) == 2, rep.groups
+    grad = next(g for ids, g in volume.items() if "grad" in ids)
+    assert not grad.transformed and "never_declared" in grad.note, grad
+    assert "until this group was given back" in grad.note
+    assert all(g.transformed for g in volume.values() if g is not grad), volume
+    assert {k.name: k.action for k in rep.kernel_reports}["volume"] == "transformed"
+    assert "stray" not in {i.id for i in new["volume"].instructions}
     arrays = inputs(rng)
     assert_same_results(run_program(t, cl_queue, arrays), run_program(new, cl_queue, arrays))
 
@@ -844,3 +874,33 @@ def test_arrays_with_offsets_in_vector_stores(cl_device: Any, cl_queue: Any) -> 
     np.testing.assert_allclose(res["out"].get(), u @ D.T, rtol=1e-12)
     if has_vector_code(new.default_entrypoint):
         assert "_offset" in str(new.default_entrypoint)  # the C statements' offsets
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 8])
+def test_the_culprit_is_found_by_halves(n: int) -> None:
+    """Whichever of n groups fails, it alone is given back, in ceil(log2 n) + 1 attempts
+    at most; two culprits in different halves leave the kernel to the caller's revert,
+    unless an attempt that gave back both ran."""
+    import math
+
+    from feinsum.hook.culprit import without_culprit
+    from feinsum.hook.report import GroupReport
+
+    groups = [GroupReport(kernel="k", insn_ids=(f"g{i}",), outputs=(), einsum="",
+                          canonical_key="", action="default", rung="default")
+              for i in range(n)]
+    for bad in [{c} for c in range(n)] + [{0, n - 1}]:
+        tries: list[set[int]] = []
+
+        def attempt(give_back: dict[tuple[str, ...], str],
+                    tries: list[set[int]] = tries) -> Any:
+            tries.append({int(ids[0][1:]) for ids in give_back})
+            return (set(tries[-1]), [], None)
+
+        found = without_culprit(groups, "refused", attempt,
+                                lambda tried, bad=bad: bad <= tried[0])
+        if len(bad) == 1:
+            assert found is not None and found[0] == bad
+            assert len(tries) <= math.ceil(math.log2(n)) + 1
+        else:
+            assert found is None or bad <= found[0]

@@ -14,13 +14,14 @@
 A kernel in which nothing is transformed is returned unchanged (unless *schedule_all*).
 A program that runs once gets the default schedule only (*run_once*: no matching). loopy
 must then run the changed kernels (:mod:`feinsum.hook.check`, once for the whole program,
-by :func:`feinsum.transform_program`), else the kernel is kept as it was
+by :func:`feinsum.transform_program`), else the group that keeps the kernel from running
+is given back (:mod:`feinsum.hook.culprit`), else the kernel is kept as it was
 (:func:`reverted`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -42,12 +43,12 @@ def kernel_names(t_unit: Any) -> list[str]:
 
 def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedule,
                      schedule_all: bool = False, *, run_once: bool = False,
-                     keep: Collection[tuple[str, ...]] = ()
+                     keep: Mapping[tuple[str, ...], str] | None = None
                      ) -> tuple[Any, list[GroupReport], KernelReport]:
     """*t_unit* with kernel *name* transformed, the reports of its groups, and its own.
     *schedule_all*: a kernel without einsums gets the default schedule too; *run_once*:
-    only the default schedule, nothing matched; *keep*: the statements (``all_insn_ids``)
-    of groups left to the default schedule whatever they would get."""
+    only the default schedule, nothing matched; *keep*: the groups (by their statements,
+    ``all_insn_ids``) left to the default schedule whatever they would get, and why."""
     from feinsum.matching.match import survey_einsums
     from feinsum.matching.prepare import prepare_kernel
 
@@ -72,8 +73,7 @@ def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedul
         fusions = _fusions(prepared.kernel, survey.matches)
     plans = []
     for m, fusion in zip(survey.matches, fusions, strict=True):
-        why = ("given back to the default schedule: the transformed program would exceed "
-               "its code budget" if m.all_insn_ids in keep else planner.leave(m))
+        why = (keep or {}).get(m.all_insn_ids) or planner.leave(m)
         plans.append(planner.left(m, why) if why else planner.plan(m, fusion))
     kreport = KernelReport(name, "unchanged", prepared.changes, survey.rejected)
     if not any(p.part is not None for p in plans) and not schedule_all:

@@ -407,7 +407,7 @@ def _transformed(original: Any, planner: Planner, schedule_all: bool, run_once: 
     names = kernel_names(original)
     before = program_size(original, names)
     planner.deadline = time.perf_counter() + time_budget(before)
-    keep: dict[str, set[tuple[str, ...]]] = {n: set() for n in names}
+    keep: dict[str, dict[tuple[str, ...], str]] = {n: {} for n in names}
     groups: dict[str, list[GroupReport]] = {}
     kernels: dict[str, KernelReport] = {}
     t_unit = original
@@ -430,7 +430,8 @@ def _transformed(original: Any, planner: Planner, schedule_all: bool, run_once: 
         if size.unrolled <= limit or not transformed:
             break
         _, name, ids = min(transformed)
-        keep[name].add(ids)
+        keep[name][ids] = ("given back to the default schedule: the transformed program "
+                           "would exceed its code budget")
         note = (f"the transformed program exceeded its code budget ({size.unrolled:,} "
                 f"statements once unrolled, at most {limit:,}): einsums given back to the "
                 "default schedule")
@@ -441,8 +442,15 @@ def _transformed(original: Any, planner: Planner, schedule_all: bool, run_once: 
                                          run_once=True)
         return t[name] if kreport.action == "scheduled" else None
 
+    def attempt(name: str, give_back: dict[tuple[str, ...], str]) -> Any:
+        if planner.deadline is not None and time.perf_counter() > planner.deadline:
+            return None
+        return transform_kernel(original, name, planner, schedule, schedule_all,
+                                keep={**keep[name], **give_back})
+
     with clock("checks"):
-        t_unit = _checked(original, t_unit, groups, kernels, default_only, planner.dev)
+        t_unit = _checked(original, t_unit, groups, kernels, default_only, attempt,
+                          planner.dev)
     changed = [n for n in names if kernels[n].action in ("transformed", "scheduled")]
     report = HookReport(
         device=planner.info.name, database=None,
@@ -456,16 +464,21 @@ def _transformed(original: Any, planner: Planner, schedule_all: bool, run_once: 
 
 
 def _checked(original: Any, t_unit: Any, groups: dict[str, list[GroupReport]],
-             kernels: dict[str, KernelReport], default_only: Any, device: Any) -> Any:
+             kernels: dict[str, KernelReport], default_only: Any, attempt: Any,
+             device: Any) -> Any:
     """The transformed program, once loopy can run it and *device* (a ``pyopencl.Device``
-    or None) can build it (:mod:`feinsum.hook.check`); a changed kernel that fails gets
-    the default schedule only, else is put back as it was (its reports say why)."""
+    or None) can build it (:mod:`feinsum.hook.check`). A changed kernel that fails keeps
+    as many of its groups as run without the one that fails (:mod:`feinsum.hook.culprit`;
+    *attempt(name, give_back)*: the kernel transformed with those groups given back),
+    else gets the default schedule only, else is put back as it was (its reports say
+    why)."""
     from functools import partial
 
     from feinsum.hook.check import program_problem as problem_of
+    from feinsum.hook.culprit import without_culprit
+    from feinsum.hook.kernels import reverted
 
     program_problem = partial(problem_of, device=device)
-    from feinsum.hook.kernels import reverted
 
     def changed() -> list[str]:
         return [n for n, k in kernels.items() if k.action in ("transformed", "scheduled")]
@@ -481,6 +494,14 @@ def _checked(original: Any, t_unit: Any, groups: dict[str, list[GroupReport]],
     failing = [n for n in names if own[n] is not None] or names
     for name in failing:
         why = own[name] or problem
+        def runs(tried: Any, name: str = name) -> bool:
+            return program_problem(original.with_kernel(tried[0][name])) is None
+
+        found = without_culprit(groups[name], why, partial(attempt, name), runs)
+        if found is not None:
+            t_unit = t_unit.with_kernel(found[0][name])
+            groups[name], kernels[name] = found[1], found[2]
+            continue
         had_parts = kernels[name].action == "transformed"
         groups[name], kernels[name] = reverted(groups[name], kernels[name], why)
         t_unit = t_unit.with_kernel(original[name])
