@@ -904,3 +904,29 @@ def test_the_culprit_is_found_by_halves(n: int) -> None:
             assert len(tries) <= math.ceil(math.log2(n)) + 1
         else:
             assert found is None or bad <= found[0]
+
+
+def test_an_array_context_lends_its_opencl_context(cl_device: Any) -> None:
+    """While an array context lives, feinsum builds (the hook's check, the tuner) in its
+    OpenCL context instead of making one of its own on the device."""
+    import gc
+
+    import pyopencl as cl
+
+    from feinsum.devices.opencl import get_context
+    from feinsum.hook.mixin import FeinsumTransformMixin
+
+    class Holder:
+        def __init__(self, queue: Any) -> None:
+            self.queue = queue
+
+    class Context(FeinsumTransformMixin, Holder):
+        pass
+
+    own = get_context(cl_device)
+    mine = cl.Context([cl_device])
+    actx = Context(cl.CommandQueue(mine))
+    assert get_context(cl_device) == mine and get_context(cl_device) != own
+    del actx
+    gc.collect()
+    assert get_context(cl_device) == own

@@ -1,10 +1,11 @@
-"""OpenCL devices: choosing a usable one, identifying it completely, cached contexts."""
+"""OpenCL devices: choosing a usable one, identifying it completely, cached or lent contexts."""
 
 from __future__ import annotations
 
 import functools
 import os
 import re
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from feinsum.errors import DeviceError
@@ -216,9 +217,27 @@ def get_device(device: object = None) -> cl.Device:
     raise DeviceError(f"cannot interpret {device!r} as an OpenCL device")
 
 
-@functools.cache
+#: contexts callers lent for their devices (:func:`lend_context`), while they live
+_LENT: weakref.WeakValueDictionary[Any, cl.Context] = weakref.WeakValueDictionary()
+
+
+def lend_context(context: cl.Context) -> None:
+    """Let feinsum use *context* (an array context's) for its devices while it lives,
+    instead of a context of its own: on a GPU every context costs device memory and
+    start-up time, and the code the hook builds is then built in the caller's context."""
+    for device in context.devices:
+        _LENT[device] = context
+
+
 def get_context(device: cl.Device) -> cl.Context:
-    """One cached context per device."""
+    """The context a caller lent for *device* (:func:`lend_context`) while it lives, else
+    one cached context of feinsum's own per device."""
+    lent = _LENT.get(device)
+    return lent if lent is not None else _own_context(device)
+
+
+@functools.cache
+def _own_context(device: cl.Device) -> cl.Context:
     import pyopencl as cl
 
     return cl.Context([device])

@@ -41,6 +41,10 @@ class FeinsumTransformMixin:
     :class:`~feinsum.hook.HookReport`. :mod:`feinsum.arraycontext` has ready subclasses
     of arraycontext's contexts.
 
+    The context's OpenCL context (``self.queue.context``) is lent to feinsum while it
+    lives (:func:`feinsum.devices.opencl.lend_context`): the hook builds the code it checks
+    there, and makes no context of its own on the device.
+
     A context that allocates without a memory pool (its ``allocator`` None or one of
     pyopencl's unpooled allocators) gets a :class:`~feinsum.errors.PerformanceWarning`,
     once a process: every call of a compiled program then allocates and frees its output
@@ -75,6 +79,11 @@ class FeinsumTransformMixin:
             if value is not _UNSET:
                 setattr(self, name, value)
         _check_pool(self)
+        context = getattr(getattr(self, "queue", None), "context", None)
+        if context is not None:
+            from feinsum.devices.opencl import lend_context
+
+            lend_context(context)
 
     def _feinsum_target_device(self) -> Any:
         if self.feinsum_device is not None:
