@@ -202,9 +202,10 @@ def transform_program(
     (:mod:`feinsum.hook.payoff`: einsums with too little work, code or time over budget).
     loopy must linearize and generate code for every changed kernel, and a
     ``pyopencl.Device`` *device* must build that code (:mod:`feinsum.hook.check`, done as
-    the call will, so that the call reuses it); a kernel that fails is given the default
-    schedule only, else kept as it was. The report says what
-    was done to each group and kernel, and how long each phase took.
+    the call will, so that the call reuses it); a kernel that fails gives back the einsum
+    that makes it fail (:mod:`feinsum.hook.culprit`), else is given the default schedule
+    only, else kept as it was. The report says what was done to each group and kernel,
+    and how long each phase took.
 
     Whatever goes wrong inside the hook, the caller gets a program that runs: the
     untransformed one, with a :class:`~feinsum.hook.report.HookWarning` (only
@@ -494,6 +495,7 @@ def _checked(original: Any, t_unit: Any, groups: dict[str, list[GroupReport]],
     failing = [n for n in names if own[n] is not None] or names
     for name in failing:
         why = own[name] or problem
+
         def runs(tried: Any, name: str = name) -> bool:
             return program_problem(original.with_kernel(tried[0][name])) is None
 
