@@ -384,3 +384,38 @@ def test_long_reductions_for_a_gpu_model(name: str) -> None:
     assert [(g.recipe, g.action) for g in report.groups] == [
         ("split_reduction", "default")], str(report)
     np.testing.assert_allclose(got, ref(a, b), rtol=1e-12)
+
+
+def test_pytato_kernel_keeps_the_einsums_its_device_can_build(cl_queue: Any,
+                                                              tmp_path: Any) -> None:
+    """pytato's one kernel of two einsums, one of whose code PoCL refuses: the hook's
+    check builds it, finds that einsum, gives it back alone, and the program computes what
+    numpy does."""
+    import pytato as pt
+    from test_hook import UNBUILDABLE
+
+    from feinsum.hook import transform_program
+
+    (tmp_path / "unbuildable.py").write_text(
+        UNBUILDABLE.replace("REFUSED_RANKS = None", "REFUSED_RANKS = (3,)"))
+    n = 2001
+    D, G, u = (pt.make_placeholder(name, shape, np.float64) for name, shape in (
+        ("D", (35, 35)), ("G", (3, 35, 35)), ("u", (n, 35))))
+    outputs = pt.make_dict_of_named_arrays({"mass": pt.einsum("ij,ej->ei", D, u),
+                                            "grad": pt.einsum("xij,ej->xei", G, u)})
+    t_unit = pt.generate_loopy(outputs).program
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        new, rep = transform_program(t_unit, device=cl_queue.device, db=False,
+                                     prefer=["unbuildable"], recipe_path=tmp_path)
+    (kernel,) = rep.kernel_reports
+    assert kernel.action == "transformed", kernel
+    by_output = {g.outputs[0]: g for g in rep.groups}
+    assert "never_declared" in by_output["grad"].note and not by_output["grad"].transformed
+    assert by_output["mass"].transformed, by_output["mass"]
+    rng = np.random.default_rng(3)
+    host = {"D": rng.random((35, 35)), "G": rng.random((3, 35, 35)), "u": rng.random((n, 35))}
+    _, got = new.executor(cl_queue.context)(cl_queue, **host)
+    np.testing.assert_allclose(got["mass"], host["u"] @ host["D"].T, rtol=1e-12)
+    np.testing.assert_allclose(got["grad"],
+                               np.einsum("xij,ej->xei", host["G"], host["u"]), rtol=1e-12)
