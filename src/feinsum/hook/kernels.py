@@ -31,6 +31,8 @@ from feinsum.hook.report import GroupReport, KernelReport
 if TYPE_CHECKING:
     from feinsum.hook.planning import Plan, Planner
     from feinsum.matching.assemble import Assembled, Part, Schedule
+    from feinsum.matching.constants import Scaled
+    from feinsum.matching.fusion import Fusion
 
 
 def kernel_names(t_unit: Any) -> list[str]:
@@ -49,6 +51,7 @@ def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedul
     *schedule_all*: a kernel without einsums gets the default schedule too; *run_once*:
     only the default schedule, nothing matched; *keep*: the groups (by their statements,
     ``all_insn_ids``) left to the default schedule whatever they would get, and why."""
+    from feinsum.matching.constants import with_constants, without_constants
     from feinsum.matching.match import survey_einsums
     from feinsum.matching.prepare import prepare_kernel
 
@@ -70,11 +73,26 @@ def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedul
         t_prep = (t_unit.with_kernel(prepared.kernel) if prepared.kernel is not knl
                   else t_unit)
         survey = survey_einsums(t_prep, kernel_name=name)
-        fusions = _fusions(prepared.kernel, survey.matches)
+        scaled = [without_constants(m) for m in survey.matches]
+        cores = [m if s is None else s.core for m, s in zip(survey.matches, scaled,
+                                                             strict=True)]
+        fusions = [f if s is None else with_constants(f, s) for f, s in zip(
+            _fusions(prepared.kernel, cores), scaled, strict=True)]
     plans = []
-    for m, fusion in zip(survey.matches, fusions, strict=True):
+    as_matched: list[Any] | None = None
+    for k, (m, fusion) in enumerate(zip(cores, fusions, strict=True)):
         why = (keep or {}).get(m.all_insn_ids) or planner.leave(m)
-        plans.append(planner.left(m, why) if why else planner.plan(m, fusion))
+        if why:
+            plans.append(planner.left(m, why))
+            continue
+        s = scaled[k]
+        plan = planner.plan(m, fusion) if s is None else _plan_scaled(planner, s, fusion)
+        if plan is None:  # the constants cannot go into the stores: the einsum as matched
+            if as_matched is None:
+                with planner.clock("matching"):
+                    as_matched = _fusions(prepared.kernel, survey.matches)
+            plan = planner.plan(survey.matches[k], as_matched[k])
+        plans.append(plan)
     kreport = KernelReport(name, "unchanged", prepared.changes, survey.rejected)
     if not any(p.part is not None for p in plans) and not schedule_all:
         return t_unit, [p.report for p in plans], kreport
@@ -88,6 +106,24 @@ def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedul
     action: Literal["transformed", "scheduled"] = "transformed" if parts else "scheduled"
     return (merge_callables(t_prep, new_knl, parts), [p.report for p in plans],
             replace(kreport, action=action, scheduled=units))
+
+
+def _plan_scaled(planner: Planner, scaled: Scaled, fusion: Fusion) -> Plan | None:
+    """The plan of a match's core with its constants in the stores
+    (:mod:`feinsum.matching.constants`): with all of *fusion*, else with the constants
+    alone; None where the recipe's kernel takes neither."""
+    from feinsum.matching.constants import with_constants
+    from feinsum.matching.fusion import Fusion
+
+    alone = with_constants(Fusion(None, notes=fusion.notes), scaled)
+    for attempt in (fusion, alone) if fusion.statements else (fusion,):
+        plan = planner.plan(scaled.core, attempt)
+        if plan.part is not None and plan.report.fused:
+            # the core without its epilogues lacks the constants: no plain fallback
+            return replace(plan, plain=None)
+        if plan.part is None:
+            return None
+    return None
 
 
 def _fusions(knl: Any, matches: Sequence[Any]) -> list[Any]:

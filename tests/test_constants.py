@@ -1,0 +1,156 @@
+"""Constant factors of an einsum (``0.4 * einsum(...)``, ``einsum(..., 2*v)``): the hook
+plans the einsum without them, with the plain einsum's recipes and records, and applies
+them in its stores (:mod:`feinsum.matching.constants`); every result against numpy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import loopy as lp
+import numpy as np
+import pytest
+
+E = 300  # long enough for the element-batched recipes
+
+SHAPES = {"J": (3, 3, E), "D": (3, 35, 35), "u": (E, 35), "v": (3, E, 35), "M": (35, 35),
+          "g": (3, E, 35), "out": (E, 35)}
+#: the right-hand sides of the einsums (``{c}``: the constant factor, as the user wrote
+#: it), what numpy computes without the constant, the output's name
+EINSUMS = {
+    "gradient": ("g[x, e, i] = {c}sum((r, j), J[x, r, e]*D[r, i, j]*u[e, j])",
+                 lambda a: np.einsum("xre,rij,ej->xei", a["J"], a["D"], a["u"]), "g"),
+    "divergence": ("out[e, i] = {c}sum((x, r, j), J[x, r, e]*D[r, i, j]*v[x, e, j])",
+                   lambda a: np.einsum("xre,rij,xej->ei", a["J"], a["D"], a["v"]), "out"),
+    "local": ("out[e, i] = {c}sum(j, M[i, j]*u[e, j])",
+              lambda a: np.einsum("ij,ej->ei", a["M"], a["u"]), "out"),
+}
+DOMAIN = f"{{[e, i, x, r, j]: 0 <= e < {E} and 0 <= i, j < 35 and 0 <= x, r < 3}}"
+LOCAL_DOMAIN = f"{{[e, i, j]: 0 <= e < {E} and 0 <= i, j < 35}}"
+
+
+def _kernel(insns: str, domain: str = DOMAIN, temps: tuple[str, ...] = ()) -> Any:
+    import re
+
+    names = [n for n in SHAPES if re.search(rf"\b{n}\[", insns) and n not in temps]
+    args = [lp.GlobalArg(n, np.float64, shape=SHAPES[n]) for n in names]
+    tvs = [lp.TemporaryVariable(t, np.float64, shape=(E, 35),
+                                address_space=lp.AddressSpace.GLOBAL) for t in temps]
+    return lp.make_kernel(domain, insns, [*args, *tvs], name="scaled",
+                          lang_version=(2018, 2), seq_dependencies=True)
+
+
+def _inputs(t_unit: Any) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    knl = t_unit.default_entrypoint
+    return {n: rng.random(SHAPES[n]) for n in knl.arg_dict if knl.arg_dict[n].is_input}
+
+
+def _run(t_unit: Any, queue: Any, arrays: dict[str, np.ndarray], out: str) -> np.ndarray:
+    import pyopencl.array as cla
+
+    dev = {k: cla.to_device(queue, v) for k, v in arrays.items()}
+    _, res = lp.set_options(t_unit, return_dict=True).executor(queue.context)(queue, **dev)
+    return res[out].get()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    from feinsum.hook import clear_cache
+
+    clear_cache()
+
+
+@pytest.mark.parametrize("name", sorted(EINSUMS))
+@pytest.mark.parametrize(("written", "value"), [("0.4*", 0.4), ("-", -1.0), ("2*3*", 6.0)])
+def test_a_constant_factor_keeps_the_plain_einsums_recipe(name: str, written: str,
+                                                          value: float, cl_device: Any,
+                                                          cl_queue: Any) -> None:
+    """With a constant factor the einsum gets the recipe the plain einsum gets (the DG
+    recipes, not the generic schedule), the constant in its stores, and the same values."""
+    from feinsum.hook import transform_program
+
+    text, numpy_value, out = EINSUMS[name]
+    domain = LOCAL_DOMAIN if name == "local" else DOMAIN
+    plain = _kernel(text.format(c=""), domain)
+    scaled = _kernel(text.format(c=written), domain)
+    _, plain_report = transform_program(plain, device=cl_device, db=False)
+    new, report = transform_program(scaled, device=cl_device, db=False)
+    (want,), (group,) = plain_report.groups, report.groups
+    assert want.recipe not in (None, "generic"), plain_report
+    assert group.recipe == want.recipe, report
+    assert any("value in the stores" in f for f in group.fused), report
+    a = _inputs(scaled)
+    np.testing.assert_allclose(_run(new, cl_queue, a, out), value * numpy_value(a),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_a_constant_composes_with_the_statement_fused_in_the_stores(
+        cl_device: Any, cl_queue: Any) -> None:
+    """The elementwise statement that reads the scaled einsum's output is fused into its
+    stores with the constant: no global temporary is left."""
+    from feinsum.hook import transform_program
+
+    t_unit = _kernel(
+        """
+        t[e, i] = 0.5*sum(j, M[i, j]*u[e, j])
+        out[e1, i1] = sin(u[e1, i1]) + 3*t[e1, i1]
+        """, f"{{[e, i, j, e1, i1]: 0 <= e, e1 < {E} and 0 <= i, j, i1 < 35}}", ("t",))
+    new, report = transform_program(t_unit, device=cl_device, db=False)
+    (group,) = report.groups
+    assert group.recipe not in (None, "generic"), report
+    assert any("sin" in f and "0.5" in f for f in group.fused), report
+    assert report.launches is not None and not report.launches.temporaries, report
+    a = _inputs(t_unit)
+    want = np.sin(a["u"]) + 1.5 * np.einsum("ij,ej->ei", a["M"], a["u"])
+    np.testing.assert_allclose(_run(new, cl_queue, a, "out"), want, rtol=1e-12, atol=1e-12)
+
+
+def _match(insns: str, domain: str, args: list[Any]) -> Any:
+    from feinsum.matching.match import survey_einsums
+
+    knl = lp.make_kernel(domain, insns, args, name="k", lang_version=(2018, 2))
+    (m,) = survey_einsums(knl).matches
+    return m
+
+
+def test_constants_stay_where_the_value_would_change() -> None:
+    """A maximum (``max(2*x)`` is not ``2*max(x)`` for every constant) keeps its constant
+    column; a float32 sum loses it and stays float32."""
+    from feinsum.matching.constants import without_constants
+
+    dom = "{[i, j]: 0 <= i, j < 64}"
+    m = _match("out[i] = reduce(max, j, -2*A[i, j]*B[j])", dom, [
+        lp.GlobalArg("A", np.float64, shape=(64, 64)), lp.GlobalArg("B", np.float64, (64,)),
+        lp.GlobalArg("out", np.float64, shape=(64,))])
+    assert any(not idx for idx in m.einsum.in_indices), m
+    assert without_constants(m) is None
+    m = _match("out[i] = 0.25*sum(j, A[i, j]*B[j])", dom, [
+        lp.GlobalArg("A", np.float32, shape=(64, 64)), lp.GlobalArg("B", np.float32, (64,)),
+        lp.GlobalArg("out", np.float32, shape=(64,))])
+    scaled = without_constants(m)
+    assert scaled is not None and scaled.constants == (0.25,)
+    assert all(idx for idx in scaled.core.einsum.in_indices)
+    assert scaled.core.einsum.value_dtype(0) == np.float32
+    assert without_constants(scaled.core) is None
+
+
+def test_a_recipe_that_cannot_take_the_constant_gets_the_einsum_as_matched(
+        cl_device: Any, cl_queue: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the recipe's kernel cannot apply the constant in its stores, the einsum is
+    planned with its constant column, as the matcher found it: the values are right."""
+    import feinsum.matching.fuse as fuse
+    from feinsum.hook import transform_program
+
+    def refuse(tk: Any, ep: Any) -> Any:
+        raise fuse._NotFused("this test's recipe writes its output in C code")
+
+    monkeypatch.setattr(fuse, "_epilogue", refuse)
+    text, numpy_value, out = EINSUMS["gradient"]
+    t_unit = _kernel(text.format(c="0.4*"))
+    new, report = transform_program(t_unit, device=cl_device, db=False)
+    (group,) = report.groups
+    assert group.transformed and not group.fused, report
+    assert "const" in group.einsum, report  # the constant's column
+    a = _inputs(t_unit)
+    np.testing.assert_allclose(_run(new, cl_queue, a, out), 0.4 * numpy_value(a),
+                               rtol=1e-12, atol=1e-12)
