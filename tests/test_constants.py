@@ -42,13 +42,15 @@ def _kernel(insns: str, domain: str = DOMAIN, temps: tuple[str, ...] = ()) -> An
 def _inputs(t_unit: Any) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(7)
     knl = t_unit.default_entrypoint
-    return {n: rng.random(SHAPES[n]) for n in knl.arg_dict if knl.arg_dict[n].is_input}
+    return {n: rng.random(SHAPES[n]) for n, a in knl.arg_dict.items()
+            if a.is_input and isinstance(a, lp.ArrayArg)}
 
 
 def _run(t_unit: Any, queue: Any, arrays: dict[str, np.ndarray], out: str) -> np.ndarray:
     import pyopencl.array as cla
 
-    dev = {k: cla.to_device(queue, v) for k, v in arrays.items()}
+    dev = {k: cla.to_device(queue, v) if isinstance(v, np.ndarray) else v
+           for k, v in arrays.items()}
     _, res = lp.set_options(t_unit, return_dict=True).executor(queue.context)(queue, **dev)
     return res[out].get()
 
@@ -128,14 +130,15 @@ def test_constants_stay_where_the_value_would_change() -> None:
         lp.GlobalArg("A", np.float32, shape=(64, 64)), lp.GlobalArg("B", np.float32, (64,)),
         lp.GlobalArg("out", np.float32, shape=(64,))])
     scaled = without_constants(m)
-    assert scaled is not None and scaled.constants == (0.25,)
+    assert scaled is not None and scaled.factors == (0.25,)
     assert all(idx for idx in scaled.core.einsum.in_indices)
     assert scaled.core.einsum.value_dtype(0) == np.float32
     assert without_constants(scaled.core) is None
 
 
 def test_a_recipe_that_cannot_take_the_constant_gets_the_einsum_as_matched(
-        cl_device: Any, cl_queue: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        cl_device: Any, cl_queue: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
     """Where the recipe's kernel cannot apply the constant in its stores, the einsum is
     planned with its constant column, as the matcher found it: the values are right."""
     import feinsum.matching.fuse as fuse
@@ -145,6 +148,7 @@ def test_a_recipe_that_cannot_take_the_constant_gets_the_einsum_as_matched(
         raise fuse._NotFused("this test's recipe writes its output in C code")
 
     monkeypatch.setattr(fuse, "_epilogue", refuse)
+    monkeypatch.setenv("FEINSUM_CACHE", str(tmp_path))  # not the other tests' programs
     text, numpy_value, out = EINSUMS["gradient"]
     t_unit = _kernel(text.format(c="0.4*"))
     new, report = transform_program(t_unit, device=cl_device, db=False)
@@ -154,3 +158,24 @@ def test_a_recipe_that_cannot_take_the_constant_gets_the_einsum_as_matched(
     a = _inputs(t_unit)
     np.testing.assert_allclose(_run(new, cl_queue, a, out), 0.4 * numpy_value(a),
                                rtol=1e-12, atol=1e-12)
+
+
+def test_a_scalar_parameter_goes_into_the_stores_too(cl_device: Any, cl_queue: Any) -> None:
+    """``alpha*sum(...)`` with a ``ValueArg`` alpha (and a constant besides): the plain
+    einsum's recipe, ``alpha`` read in the stores, the same values."""
+    from feinsum.hook import transform_program
+
+    text, numpy_value, out = EINSUMS["divergence"]
+    plain = _kernel(text.format(c=""))
+    scaled = _kernel(text.format(c="-2*alpha*"))
+    knl = scaled.default_entrypoint
+    scaled = scaled.with_kernel(knl.copy(args=[*knl.args, lp.ValueArg("alpha", np.float64)]))
+    _, plain_report = transform_program(plain, device=cl_device, db=False)
+    new, report = transform_program(scaled, device=cl_device, db=False)
+    (want,), (group,) = plain_report.groups, report.groups
+    assert group.recipe == want.recipe not in (None, "generic"), report
+    assert any("alpha" in f and "value in the stores" in f for f in group.fused), report
+    a = _inputs(scaled)
+    got = _run(new, cl_queue,
+               {**a, "alpha": np.float64(0.3)}, out)
+    np.testing.assert_allclose(got, -0.6 * numpy_value(a), rtol=1e-12, atol=1e-12)

@@ -21,7 +21,7 @@ is given back (:mod:`feinsum.hook.culprit`), else the kernel is kept as it was
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -76,7 +76,8 @@ def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedul
         scaled = [without_constants(m) for m in survey.matches]
         cores = [m if s is None else s.core for m, s in zip(survey.matches, scaled,
                                                              strict=True)]
-        fusions = [f if s is None else with_constants(f, s) for f, s in zip(
+        declared = prepared.kernel.arg_dict.get
+        fusions = [f if s is None else with_constants(f, s, declared) for f, s in zip(
             _fusions(prepared.kernel, cores), scaled, strict=True)]
     plans = []
     as_matched: list[Any] | None = None
@@ -86,7 +87,8 @@ def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedul
             plans.append(planner.left(m, why))
             continue
         s = scaled[k]
-        plan = planner.plan(m, fusion) if s is None else _plan_scaled(planner, s, fusion)
+        plan = (planner.plan(m, fusion) if s is None
+                else _plan_scaled(planner, s, fusion, declared))
         if plan is None:  # the constants cannot go into the stores: the einsum as matched
             if as_matched is None:
                 with planner.clock("matching"):
@@ -108,14 +110,15 @@ def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedul
             replace(kreport, action=action, scheduled=units))
 
 
-def _plan_scaled(planner: Planner, scaled: Scaled, fusion: Fusion) -> Plan | None:
-    """The plan of a match's core with its constants in the stores
-    (:mod:`feinsum.matching.constants`): with all of *fusion*, else with the constants
+def _plan_scaled(planner: Planner, scaled: Scaled, fusion: Fusion,
+                 declared: Callable[[str], Any]) -> Plan | None:
+    """The plan of a match's core with its constant and scalar factors in the stores
+    (:mod:`feinsum.matching.constants`): with all of *fusion*, else with the factors
     alone; None where the recipe's kernel takes neither."""
     from feinsum.matching.constants import with_constants
     from feinsum.matching.fusion import Fusion
 
-    alone = with_constants(Fusion(None, notes=fusion.notes), scaled)
+    alone = with_constants(Fusion(None, notes=fusion.notes), scaled, declared)
     for attempt in (fusion, alone) if fusion.statements else (fusion,):
         plan = planner.plan(scaled.core, attempt)
         if plan.part is not None and plan.report.fused:
