@@ -9,9 +9,16 @@
 # runs benchmarks/bench_gpu.py (default --budget 8) into $OUT/LABEL/ (OUT: the device tool's
 # result folder, else ./gpu-out): rows.jsonl and table.md as each workload completes, the
 # database, its records as JSON lines (LABEL/records.jsonl, for db/) and the whole log;
-# then benchmarks/bench_lazy_index.py (LABEL/lazy_index.jsonl; LAZY_N points, default 1e5,
-# 0 skips it; LAZY_TIMEOUT seconds, default 120). PYTHON picks the interpreter (default
-# python3), FEINSUM_GPU_CARRY the wheels' folder (default .gpu).
+# then the DG programs through arraycontext + pytato, whole against their einsums alone
+# (benchmarks/bench_arraycontext.py --whole-only: LABEL/arraycontext.txt; WHOLE_E elements,
+# default 20000; WHOLE_TIMEOUT seconds, default 150); then benchmarks/bench_lazy_index.py
+# (LABEL/lazy_index.jsonl; LAZY_N points, default 1e5, 0 skips it; LAZY_TIMEOUT seconds,
+# default 120). GPU_STAGES picks the stages, in this order (default "bench programs lazy");
+# SESSION_SECONDS (default 570: the device tool gives a command 600) bounds the whole
+# script: a stage runs only while 30 s remain, and never past the bound. A session of
+# two calls: `bash benchmarks/gpu_session.sh first --budget 8`, then
+# `GPU_STAGES="programs lazy" bash benchmarks/gpu_session.sh second`. PYTHON picks the
+# interpreter (default python3), FEINSUM_GPU_CARRY the wheels' folder (default .gpu).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LABEL=${1:?usage: gpu_session.sh LABEL [bench_gpu.py arguments ...]}
@@ -21,6 +28,11 @@ case "$LABEL" in
                exit 2 ;;
 esac
 PY=${PYTHON:-python3}
+START=$SECONDS
+LIMIT=${SESSION_SECONDS:-570}
+STAGES=" ${GPU_STAGES:-bench programs lazy} "
+# seconds a stage may take: at most $1, and what is left of the session but 10 s
+allowed() { local left=$((LIMIT - (SECONDS - START) - 10)); echo $(( $1 < left ? $1 : left )); }
 DEST=${OUT:-$PWD/gpu-out}/$LABEL
 mkdir -p "$DEST"
 LOG=$DEST/session.log
@@ -58,20 +70,43 @@ if ! "$PY" -c "import loopy, pyopencl, sqlalchemy, optuna" 2>/dev/null; then
 fi
 
 "$PY" -m feinsum.cli devices 2>&1 | tee "$DEST/devices.txt" >> "$LOG"
-say "bench_gpu.py --out $DEST $*"
-"$PY" benchmarks/bench_gpu.py --out "$DEST" "$@" 2>&1 | tee -a "$LOG"
-rc=${PIPESTATUS[0]}
-if [ -f "$DEST/bench-gpu.sqlite" ]; then
-    "$PY" -m feinsum.cli db export --db "$DEST/bench-gpu.sqlite" "$DEST/records.jsonl" \
-        >> "$LOG" 2>&1 || say "could not export the records (the database stays)"
+rc=0
+if [[ $STAGES == *" bench "* ]]; then
+    say "bench_gpu.py --out $DEST $*"
+    timeout "$(allowed 100000)" "$PY" benchmarks/bench_gpu.py --out "$DEST" "$@" 2>&1 \
+        | tee -a "$LOG"
+    rc=${PIPESTATUS[0]}
+    if [ -f "$DEST/bench-gpu.sqlite" ]; then
+        "$PY" -m feinsum.cli db export --db "$DEST/bench-gpu.sqlite" "$DEST/records.jsonl" \
+            >> "$LOG" 2>&1 || say "could not export the records (the database stays)"
+    fi
+    say "bench_gpu.py exited $rc"
+fi
+# stage NAME DEFAULT_SECONDS FILE COMMAND...: run while 30 s of the session remain,
+# bounded; its output into the log and FILE
+stage() {
+    local name=$1 want=$2 file=$3 secs
+    shift 3
+    secs=$(allowed "$want")
+    if [ "$secs" -lt 30 ]; then
+        say "$name skipped: $((LIMIT - (SECONDS - START))) s of the session's $LIMIT left"
+        return
+    fi
+    say "$name (at most $secs s): $*"
+    timeout "$secs" "$@" 2>&1 | tee -a "$LOG" "$file"
+    [ "${PIPESTATUS[0]}" = 0 ] || say "$name did not finish (the log says why)"
+}
+# whole DG programs through arraycontext + pytato against their einsums alone
+if [[ $STAGES == *" programs "* ]]; then
+    stage bench_arraycontext.py "${WHOLE_TIMEOUT:-150}" "$DEST/arraycontext.txt" \
+        "$PY" benchmarks/bench_arraycontext.py --whole-only --elements "${WHOLE_E:-20000}" \
+        --repeat 5
 fi
 # the nearest neighbour with and without lazy_index, points in three orders (LAZY_N=0: not)
 LAZY_N=${LAZY_N:-100000}
-if [ "$LAZY_N" != 0 ]; then
-    say "bench_lazy_index.py --n $LAZY_N"
-    timeout "${LAZY_TIMEOUT:-120}" "$PY" benchmarks/bench_lazy_index.py --n "$LAZY_N" \
-        --json "$DEST/lazy_index.jsonl" 2>&1 | tee -a "$LOG"
-    [ "${PIPESTATUS[0]}" = 0 ] || say "bench_lazy_index.py did not finish (the log says why)"
+if [[ $STAGES == *" lazy "* ]] && [ "$LAZY_N" != 0 ]; then
+    stage bench_lazy_index.py "${LAZY_TIMEOUT:-120}" "$DEST/lazy_index.txt" \
+        "$PY" benchmarks/bench_lazy_index.py --n "$LAZY_N" --json "$DEST/lazy_index.jsonl"
 fi
-say "bench_gpu.py exited $rc; results in $DEST"
+say "done in $((SECONDS - START)) s (bench_gpu.py: exit $rc); results in $DEST"
 exit "$rc"

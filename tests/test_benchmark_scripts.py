@@ -141,7 +141,7 @@ def test_gpu_session_runs_bench_gpu_into_its_folder(tmp_path: Path) -> None:
     and its records as JSON lines, under OUT/LABEL."""
     env = {**os.environ, "FEINSUM_DB": str(tmp_path / "feinsum.sqlite"),
            "FEINSUM_CACHE_DIR": str(tmp_path / "cache"), "PYTHON": sys.executable,
-           "OUT": str(tmp_path / "out"), "LAZY_N": "1000"}
+           "OUT": str(tmp_path / "out"), "LAZY_N": "1000", "GPU_STAGES": "bench lazy"}
     proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "first",
                            "--quick", "--budget", "1", "--no-peers", "--only", "local"],
                           capture_output=True, text=True, timeout=600, env=env)
@@ -157,6 +157,19 @@ def test_gpu_session_runs_bench_gpu_into_its_folder(tmp_path: Path) -> None:
     assert [r["order"] for r in rows] == ["random", "morton", "worst"]
     assert all(r["lazy_ms"] > 0 and r["eager_ms"] > 0 and r["params"]["lazy_index"]
                for r in rows), rows
+
+
+def test_gpu_session_keeps_to_its_time(tmp_path: Path) -> None:
+    """The stages after bench_gpu.py run only while 30 s of SESSION_SECONDS remain: a
+    session out of time skips them, says so, and exits with bench_gpu.py's status."""
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"),
+           "GPU_STAGES": "programs lazy", "SESSION_SECONDS": "35", "LAZY_N": "1000"}
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "second"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = (tmp_path / "out" / "second" / "session.log").read_text()
+    assert "bench_arraycontext.py skipped" in log and "bench_lazy_index.py skipped" in log, log
+    assert "bench_gpu.py" not in log.split("skipped")[0], log
 
 
 def test_gpu_session_without_dependencies_says_what_to_carry(tmp_path: Path) -> None:
