@@ -343,6 +343,32 @@ def test_scaled_dg_einsums_keep_the_dg_recipes(cl_queue: Any) -> None:
         report)
 
 
+def test_a_0d_device_array_times_an_einsum(cl_queue: Any) -> None:
+    """``dt * actx.einsum(...)`` with ``dt`` a 0-d device array: pytato passes it as a 0-d
+    array argument, which the einsum's stores read; the divergence keeps its DG recipe (it
+    was not matched at all, and the program got an extra launch)."""
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+
+    actx = FeinsumPytatoPyOpenCLArrayContext(cl_queue, feinsum_db=False)
+    rng = np.random.default_rng(12)
+    J, D, v = rng.random((3, 3, 500)), rng.random((3, 35, 35)), rng.random((3, 500, 35))
+
+    def program(J: Any, D: Any, v: Any, dt: Any) -> Any:
+        return dt * actx.einsum("xre,rij,xej->ei", J, D, v)
+
+    arrays = [actx.from_numpy(x) for x in (J, D, v, np.array(0.1))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = actx.to_numpy(actx.compile(program)(*arrays))
+    report = actx.feinsum_last_report
+    (group,) = report.groups
+    assert group.recipe not in (None, "generic"), str(report)
+    assert any("value in the stores" in f for f in group.fused), str(report)
+    assert report.launches is not None and len(report.launches.launches) == 1, str(report)
+    np.testing.assert_allclose(got, 0.1 * np.einsum("xre,rij,xej->ei", J, D, v),
+                               rtol=1e-12)
+
+
 @pytest.mark.parametrize("scaled", [False, True], ids=["product", "twice the product"])
 @pytest.mark.parametrize(("model", "recipe"), [("h200", "gemm_gpu"), (None, "contraction")])
 def test_matrix_products(scaled: bool, model: str | None, recipe: str) -> None:

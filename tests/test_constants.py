@@ -179,3 +179,44 @@ def test_a_scalar_parameter_goes_into_the_stores_too(cl_device: Any, cl_queue: A
     got = _run(new, cl_queue,
                {**a, "alpha": np.float64(0.3)}, out)
     np.testing.assert_allclose(got, -0.6 * numpy_value(a), rtol=1e-12, atol=1e-12)
+
+
+def _dt_kernel(reduction: str) -> Any:
+    """``out = dt * sum(...)`` or ``max(dt * ...)`` with ``dt`` a 0-d array argument, as
+    pytato passes a 0-d device array."""
+    body = ("dt*sum(j, M[i, j]*u[e, j])" if reduction == "sum"
+            else "reduce(max, j, dt*M[i, j]*u[e, j])")
+    return lp.make_kernel(
+        LOCAL_DOMAIN, f"out[e, i] = {body}",
+        [lp.GlobalArg("M", np.float64, shape=(35, 35)),
+         lp.GlobalArg("u", np.float64, shape=(E, 35)), lp.GlobalArg("dt", np.float64, shape=()),
+         lp.GlobalArg("out", np.float64, shape=(E, 35))],
+        name="scaled", lang_version=(2018, 2))
+
+
+@pytest.mark.parametrize("reduction", ["sum", "max"])
+def test_a_0d_array_argument_goes_into_the_stores_only(reduction: str, cl_device: Any,
+                                                       cl_queue: Any) -> None:
+    """A 0-d array argument (pytato's 0-d device array) times a sum: the plain einsum's
+    recipe, the array read in the stores. In a maximum, which cannot take it out, the
+    statement is left as it was, with the reason. The public matcher still says to pass
+    a ValueArg."""
+    import feinsum
+    from feinsum.errors import EinsumMatchError
+    from feinsum.hook import transform_program
+
+    t_unit = _dt_kernel(reduction)
+    new, report = transform_program(t_unit, device=cl_device, db=False)
+    (group,) = report.groups
+    if reduction == "sum":
+        assert group.recipe not in (None, "generic"), report
+        assert any("dt * value in the stores" in f for f in group.fused), report
+    else:
+        assert not group.transformed and "0-d array argument 'dt'" in group.note, report
+    rng = np.random.default_rng(5)
+    a = {"M": rng.random((35, 35)), "u": rng.random((E, 35)), "dt": np.array(0.3)}
+    prod = a["M"][None, :, :] * a["u"][:, None, :]
+    want = 0.3 * (prod.sum(axis=2) if reduction == "sum" else prod.max(axis=2))
+    np.testing.assert_allclose(_run(new, cl_queue, a, "out"), want, rtol=1e-12)
+    with pytest.raises(EinsumMatchError, match="0-d array argument 'dt'"):
+        feinsum.match_einsum(t_unit)

@@ -72,7 +72,7 @@ def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedul
             prepared = Prepared(knl, (f"not prepared ({type(exc).__name__}: {exc})",))
         t_prep = (t_unit.with_kernel(prepared.kernel) if prepared.kernel is not knl
                   else t_unit)
-        survey = survey_einsums(t_prep, kernel_name=name)
+        survey = survey_einsums(t_prep, kernel_name=name, scalar_arrays=True)
         scaled = [without_constants(m) for m in survey.matches]
         cores = [m if s is None else s.core for m, s in zip(survey.matches, scaled,
                                                              strict=True)]
@@ -86,14 +86,19 @@ def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedul
         if why:
             plans.append(planner.left(m, why))
             continue
-        s = scaled[k]
-        plan = (planner.plan(m, fusion) if s is None
-                else _plan_scaled(planner, s, fusion, declared))
-        if plan is None:  # the constants cannot go into the stores: the einsum as matched
+        s, original = scaled[k], survey.matches[k]
+        arrays = _scalar_arrays(original, prepared.kernel)
+        plan = (_plan_scaled(planner, s, fusion, declared) if s is not None
+                else None if arrays else planner.plan(m, fusion))
+        if plan is None and arrays:  # only its stores can read a 0-d array argument
+            plan = planner.left(original, f"it reads the 0-d array argument {arrays[0]!r} "
+                                "as a factor, which only a sum's stores can apply, and the "
+                                "recipe's kernel took no epilogue")
+        elif plan is None:  # the factors cannot go into the stores: the einsum as matched
             if as_matched is None:
                 with planner.clock("matching"):
                     as_matched = _fusions(prepared.kernel, survey.matches)
-            plan = planner.plan(survey.matches[k], as_matched[k])
+            plan = planner.plan(original, as_matched[k])
         plans.append(plan)
     kreport = KernelReport(name, "unchanged", prepared.changes, survey.rejected)
     if not any(p.part is not None for p in plans) and not schedule_all:
@@ -108,6 +113,15 @@ def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedul
     action: Literal["transformed", "scheduled"] = "transformed" if parts else "scheduled"
     return (merge_callables(t_prep, new_knl, parts), [p.report for p in plans],
             replace(kreport, action=action, scheduled=units))
+
+
+def _scalar_arrays(m: Any, knl: Any) -> list[str]:
+    """The 0-d array arguments of *knl* that match *m* reads as scalars (the matcher's
+    ``scalar_arrays``): the einsum as matched would take them as ``ValueArg`` s."""
+    import loopy as lp
+
+    return [a.name for a in m.einsum.arrays if a.ndim == 0
+            and isinstance(knl.arg_dict.get(a.name), lp.ArrayArg)]
 
 
 def _plan_scaled(planner: Planner, scaled: Scaled, fusion: Fusion,

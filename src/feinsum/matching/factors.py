@@ -205,6 +205,9 @@ class _RowBuilder:
                 arr = kk.array(expr.name)
                 if arr.ndim:
                     raise _Reject(f"array {expr.name!r} is read without subscripts")
+                if kk.scalar_arrays:
+                    self.factors.append(_Factor("scalar", arr, ()))
+                    return
                 raise _Reject(
                     f"it reads the 0-d array argument {expr.name!r}; pass scalar parameters "
                     "as ValueArgs"

@@ -47,10 +47,13 @@ def _insn_str(insn: Any) -> str:
 class _Kernel:
     """What the analysis needs from one loopy kernel, with caches."""
 
-    def __init__(self, knl: Any, dtypes: Mapping[str, Any] | None) -> None:
+    def __init__(self, knl: Any, dtypes: Mapping[str, Any] | None, *,
+                 scalar_arrays: bool = False) -> None:
         from loopy.kernel.data import AddressSpace, ValueArg
 
         self.knl = knl
+        #: a 0-d array argument read as a factor is a scalar (survey_einsums' flag)
+        self.scalar_arrays = scalar_arrays
         self.name = knl.name
         self.args = {a.name: a for a in knl.args}
         self.temps = dict(knl.temporary_variables)

@@ -213,9 +213,10 @@ def _get_kernel(t_unit: Any, kernel_name: str | None) -> Any:
     return knl
 
 
-def _analyze(knl: Any, dtypes: Mapping[str, Any] | None, selected: Callable[[Any], bool]
+def _analyze(knl: Any, dtypes: Mapping[str, Any] | None, selected: Callable[[Any], bool],
+             scalar_arrays: bool = False
              ) -> tuple[_Kernel, _GroupState, list[_Row], dict[str, str]]:
-    kk = _Kernel(knl, dtypes)
+    kk = _Kernel(knl, dtypes, scalar_arrays=scalar_arrays)
     state = _GroupState(kk)
     errors: dict[str, str] = {}
     rows, used = _accumulations(kk, state, selected, errors)
@@ -240,13 +241,13 @@ def _missing_dtype_error(kk: _Kernel, names: Iterable[str]) -> EinsumMatchError:
 
 
 def _matches(knl: Any, dtypes: Mapping[str, Any] | None, selected: Callable[[Any], bool],
-             infer: Callable[[], Any] | None
+             infer: Callable[[], Any] | None, scalar_arrays: bool = False
              ) -> tuple[list[Match], dict[str, str], set[str]]:
-    kk, state, rows, errors = _analyze(knl, dtypes, selected)
+    kk, state, rows, errors = _analyze(knl, dtypes, selected, scalar_arrays)
     if kk.missing_dtypes and infer is not None:
         inferred = infer()
         if inferred is not None:
-            kk2, state2, rows2, errors2 = _analyze(inferred, dtypes, selected)
+            kk2, state2, rows2, errors2 = _analyze(inferred, dtypes, selected, scalar_arrays)
             if len(kk2.missing_dtypes) < len(kk.missing_dtypes):
                 kk, state, rows, errors = kk2, state2, rows2, errors2
     matches: list[Match] = []
@@ -309,15 +310,20 @@ class Survey:
 
 
 def survey_einsums(t_unit: lp.TranslationUnit, *, kernel_name: str | None = None,
-                   dtypes: Mapping[str, Any] | None = None) -> Survey:
-    """:func:`find_einsums` with the reasons for the reductions it leaves out."""
+                   dtypes: Mapping[str, Any] | None = None,
+                   scalar_arrays: bool = False) -> Survey:
+    """:func:`find_einsums` with the reasons for the reductions it leaves out.
+    *scalar_arrays*: a 0-d array argument read as a factor is a scalar of the einsum, as a
+    ``ValueArg`` is (for the hook, which applies it in the stores only:
+    :mod:`feinsum.matching.constants`); else the statement is not an einsum."""
     from loopy.symbolic import Reduction
 
     from feinsum.matching.kernel import _walk_all
 
     knl = _get_kernel(t_unit, kernel_name)
     with _internal_errors(knl):
-        matches, errors, _ = _matches(knl, dtypes, lambda insn: True, _inferrer(t_unit, knl))
+        matches, errors, _ = _matches(knl, dtypes, lambda insn: True, _inferrer(t_unit, knl),
+                                      scalar_arrays)
         found = [m for m in matches if _interesting(m)]
         claimed = {i for m in found for i in m.all_insn_ids}
         rejected = {}
