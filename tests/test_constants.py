@@ -220,3 +220,29 @@ def test_a_0d_array_argument_goes_into_the_stores_only(reduction: str, cl_device
     np.testing.assert_allclose(_run(new, cl_queue, a, "out"), want, rtol=1e-12)
     with pytest.raises(EinsumMatchError, match="0-d array argument 'dt'"):
         feinsum.match_einsum(t_unit)
+
+
+def test_rows_of_a_batched_einsum_keep_their_own_constants(cl_device: Any,
+                                                           cl_queue: Any) -> None:
+    """Two rows with different constants (one batched einsum): each row's stores apply
+    its own."""
+    from feinsum.hook import transform_program
+
+    t_unit = lp.make_kernel(
+        LOCAL_DOMAIN, """
+        out[e, i] = 2*sum(j, M[i, j]*u[e, j])
+        g2[e, i] = -3*sum(j, M[i, j]*v2[e, j])
+        """, [lp.GlobalArg("M", np.float64, shape=(35, 35)),
+              lp.GlobalArg("u, v2, out, g2", np.float64, shape=(E, 35))],
+        name="scaled", lang_version=(2018, 2))
+    new, report = transform_program(t_unit, device=cl_device, db=False)
+    (group,) = report.groups
+    assert len(group.outputs) == 2 and group.recipe not in (None, "generic"), report
+    assert {f.split(" in the stores")[0] for f in group.fused} == {
+        "out = 2.0 * value", "g2 = (-3.0) * value"}, report
+    rng = np.random.default_rng(8)
+    a = {"M": rng.random((35, 35)), "u": rng.random((E, 35)), "v2": rng.random((E, 35))}
+    np.testing.assert_allclose(_run(new, cl_queue, a, "out"), 2 * a["u"] @ a["M"].T,
+                               rtol=1e-12)
+    np.testing.assert_allclose(_run(new, cl_queue, a, "g2"), -3 * a["v2"] @ a["M"].T,
+                               rtol=1e-12)
