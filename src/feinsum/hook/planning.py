@@ -282,6 +282,12 @@ class Planner:
         notes = list(fusion.notes)
         if fusion.spec is None or plan.part is None or plan.report.recipe is None:
             return replace(plan, report=replace(plan.report, not_fused=tuple(notes)))
+        from feinsum.matching.fusion_cost import worthwhile
+
+        fusion, costly = worthwhile(plan.part.kernel, fusion, m.canonical)
+        notes += costly
+        if fusion.spec is None:
+            return replace(plan, report=replace(plan.report, not_fused=tuple(notes)))
         recipe = self.by_name[plan.report.recipe]
         fused = self.fused(plan.part, fusion, recipe, plan.report.params or {})
         if isinstance(fused, str):

@@ -58,6 +58,9 @@ class Fusion:
     dropped: tuple[str, ...] = ()
     declarations: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    #: canonical operand array -> (the statement its expression comes from, the kernel's
+    #: temporary it writes)
+    operand_statements: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -351,7 +354,34 @@ def _fusion(kk: _Kernel, m: Match, operands: Mapping[str, str], epilogues: Mappi
     names.update(targets)
     dropped = (*operands, *(m.outputs[r][0] for r in epilogues))
     return Fusion(spec, (*operands.values(), *epilogues.values()), names, dropped,
-                  {b: kk.declaration(u) for u, b in namer.extra.items()}, notes)
+                  {b: kk.declaration(u) for u, b in namer.extra.items()}, notes,
+                  {to_c[u]: (w, u) for u, w in operands.items()})
+
+
+def without_operands(fusion: Fusion, reasons: Mapping[str, str]) -> tuple[Fusion, list[str]]:
+    """*fusion* without the operand expressions of the canonical arrays *reasons* names
+    (their statements and temporaries stay in the kernel), and a note for each, with its
+    reason."""
+    from feinsum.spec.fused import FusedEinsum
+
+    spec = fusion.spec
+    if spec is None:
+        return fusion, []
+    gone = [op for op in spec.operands if op.array in reasons]
+    notes = [f"operand {fusion.operand_statements.get(op.array, ('', op.array))[1]!r} not "
+             f"fused: {reasons[op.array]}" for op in gone]
+    statements = {fusion.operand_statements[op.array][0] for op in gone
+                  if op.array in fusion.operand_statements}
+    temporaries = {fusion.operand_statements[op.array][1] for op in gone
+                   if op.array in fusion.operand_statements}
+    operands = tuple(op for op in spec.operands if op.array not in reasons)
+    new_spec = (FusedEinsum(spec.einsum, operands, spec.epilogues, spec.arrays)
+                if operands or spec.epilogues else None)
+    return Fusion(new_spec, tuple(s for s in fusion.statements if s not in statements),
+                  fusion.names, tuple(d for d in fusion.dropped if d not in temporaries),
+                  fusion.declarations, fusion.notes,
+                  {k: v for k, v in fusion.operand_statements.items() if k not in reasons}
+                  ), notes
 
 
 class _Namer:
