@@ -99,6 +99,8 @@ def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedul
                 with planner.clock("matching"):
                     as_matched = _fusions(prepared.kernel, survey.matches)
             plan = planner.plan(original, as_matched[k])
+        elif plan.report.recipe == "generic":  # a factor folded into an operand may do
+            plan = _plan_folded(planner, prepared.kernel, cores, k, s) or plan
         plans.append(plan)
     kreport = KernelReport(name, "unchanged", prepared.changes, survey.rejected)
     if not any(p.part is not None for p in plans) and not schedule_all:
@@ -122,6 +124,32 @@ def _scalar_arrays(m: Any, knl: Any) -> list[str]:
 
     return [a.name for a in m.einsum.arrays if a.ndim == 0
             and isinstance(knl.arg_dict.get(a.name), lp.ArrayArg)]
+
+
+def _plan_folded(planner: Planner, knl: Any, cores: Sequence[Any], k: int,
+                 scaled: Scaled | None) -> Plan | None:
+    """The plan of match ``cores[k]`` with columns folded into another's loads
+    (:mod:`feinsum.matching.folding`; its constants in the stores if *scaled*), if that
+    gets a recipe other than the generic schedule and the expressions fused."""
+    from feinsum.matching.constants import with_constants
+    from feinsum.matching.folding import fold_columns, with_folds
+
+    folded = fold_columns(cores[k])
+    if folded is None:
+        return None
+
+    def declared(name: str) -> Any:
+        return knl.arg_dict.get(name) or knl.temporary_variables.get(name)
+
+    with planner.clock("matching"):
+        fusion = _fusions(knl, [folded.core if j == k else m for j, m in enumerate(cores)])[k]
+    fusion = with_folds(fusion, folded, cores[k], declared)
+    if scaled is not None:
+        fusion = with_constants(fusion, replace(scaled, core=folded.core), declared)
+    plan = planner.plan(folded.core, fusion)
+    if plan.part is None or not plan.report.fused or plan.report.recipe == "generic":
+        return None
+    return replace(plan, plain=None)  # the core alone lacks the folded factors
 
 
 def _plan_scaled(planner: Planner, scaled: Scaled, fusion: Fusion,

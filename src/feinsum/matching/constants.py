@@ -98,7 +98,6 @@ def with_constants(fusion: Fusion, scaled: Scaled,
     *declaration*: the kernel's declaration of a scalar parameter, by name."""
     from pymbolic.mapper.substitutor import SubstitutionMapper, make_subst_func
 
-    from feinsum.matching.fusion import Fusion
     from feinsum.spec.fused import VALUE, Epilogue, FusedEinsum
 
     m = scaled.core
@@ -131,5 +130,4 @@ def with_constants(fusion: Fusion, scaled: Scaled,
             names[f"out{r}"] = m.outputs[row][0]
     spec = FusedEinsum(spec.einsum, spec.operands,
                        tuple(epilogues[r] for r in sorted(epilogues)), tuple(arrays))
-    return Fusion(spec, fusion.statements, names, fusion.dropped, declarations,
-                  fusion.notes)
+    return replace(fusion, spec=spec, names=names, declarations=declarations)

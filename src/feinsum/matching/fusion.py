@@ -61,6 +61,9 @@ class Fusion:
     #: canonical operand array -> (the statement its expression comes from, the kernel's
     #: temporary it writes)
     operand_statements: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    #: canonical operand arrays whose expressions must be fused (folded factors:
+    #: :mod:`feinsum.matching.folding`), whatever they cost
+    required: frozenset[str] = frozenset()
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -380,8 +383,8 @@ def without_operands(fusion: Fusion, reasons: Mapping[str, str]) -> tuple[Fusion
     return Fusion(new_spec, tuple(s for s in fusion.statements if s not in statements),
                   fusion.names, tuple(d for d in fusion.dropped if d not in temporaries),
                   fusion.declarations, fusion.notes,
-                  {k: v for k, v in fusion.operand_statements.items() if k not in reasons}
-                  ), notes
+                  {k: v for k, v in fusion.operand_statements.items() if k not in reasons},
+                  fusion.required), notes
 
 
 class _Namer:

@@ -128,6 +128,8 @@ def worthwhile(tk: Any, fusion: Fusion, canonical: Any) -> tuple[Fusion, list[st
     itemsize = {a.name: a.dtype.itemsize for a in canonical.arrays}
     costly = {}
     for op in spec.operands:
+        if op.array in fusion.required:
+            continue
         why = too_costly(tk, op.array, op.expression, itemsize.get(op.array, 8))
         if why is not None:
             costly[op.array] = why
