@@ -22,6 +22,9 @@ pytestmark = pytest.mark.skipif(
 CASES = {
     "arraycontext": (["bench_arraycontext.py", "--elements", "64", "--repeat", "1", "--only",
                       "DG step"], ["DG step", "vs untransformed"]),
+    "factors": (["bench_factors.py", "--elements", "64", "--n", "64", "--repeat", "1",
+                 "--only", "0.4 * gradient", "A @ (w*B)"],
+                ["0.4 * gradient", "A @ (w*B)", "vs plain"]),
     "first_call": (["bench_first_call.py", "--elements", "64", "--warm", "1", "--only",
                     "matmul"],
                    ["matmul", "plain", "feinsum", "fast", "(background)"]),
