@@ -92,7 +92,7 @@ def without_constants(m: Match) -> Scaled | None:
 
 
 def with_constants(fusion: Fusion, scaled: Scaled,
-                   declaration: Callable[[str], Any] = lambda name: None) -> Fusion:
+                   declaration: Callable[[str], Any]) -> Fusion:
     """*fusion* (found for ``scaled.core``) with each row's factor applied in its stores:
     composed into the row's epilogue, or an epilogue of its own writing the row's output.
     *declaration*: the kernel's declaration of a scalar parameter, by name."""

@@ -4,12 +4,13 @@ the generic schedule.
 The matcher gives every array access a column of its own, so ``A @ (B*C)`` is the einsum
 ``ik,kj,kj->ij`` and ``A @ (w[:, None]*B)`` is ``ik,k,kj->ij``: three operands, which
 neither matrix-product recipe knows. They ran on the generic schedule, about 4x slower
-than folded (13 against 3-4 ms at 1000 x 64 x 1000 on this project's CPU). A column whose indices are among another's (``k`` and
-``kj`` among ``kj``) is a factor of that operand: :func:`fold_columns` takes it out of the
-einsum, and :func:`with_folds` makes the other column an operand expression that
-multiplies it in where the recipe's kernel loads it (:mod:`feinsum.spec.fused`): the
-*core* ``ik,kj->ij`` gets the matrix-product recipes and records. The expression must be
-fused (:attr:`~feinsum.matching.fusion.Fusion.required`), or the core is not used.
+than folded (13 against 3-4 ms at 1000 x 64 x 1000 on this project's CPU). A column whose
+indices are among another's (``k`` and ``kj`` among ``kj``) is a factor of that operand:
+:func:`fold_columns` takes it out of the einsum, and :func:`with_folds` makes the other
+column an operand expression that multiplies it in where the recipe's kernel loads it
+(:mod:`feinsum.spec.fused`): the *core* ``ik,kj->ij`` gets the matrix-product recipes and
+records. The expression must be fused (:attr:`~feinsum.matching.fusion.Fusion.required`),
+or the core is not used.
 """
 
 from __future__ import annotations
