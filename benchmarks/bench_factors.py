@@ -19,12 +19,16 @@ and what they cost).
 from __future__ import annotations
 
 import argparse
-import time
+import sys
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_arraycontext import fastest
 
 
 def _programs(E: int, n: int) -> dict[str, tuple[Any, Any, Any, dict[str, np.ndarray]]]:
@@ -61,15 +65,6 @@ def _programs(E: int, n: int) -> dict[str, tuple[Any, Any, Any, dict[str, np.nda
         "exp(A)/(1+A) @ B": (lambda x, A, B, **a: prod(x, x.np.exp(A) / (1 + A), B), prod,
                              lambda a: (np.exp(a["A"]) / (1 + a["A"])) @ a["B"], mm),
     }
-
-
-def _fastest(f: Callable[[], Any], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main() -> None:
@@ -122,7 +117,7 @@ def main() -> None:
     best = dict.fromkeys([*calls, *peers], float("inf"))
     for _ in range(args.repeat):
         for key, f in [*calls.items(), *peers.items()]:
-            best[key] = min(best[key], _fastest(f, 1))
+            best[key] = min(best[key], fastest(f, 1))
     print(f"{'program':20s} {'feinsum':>10s} {'plain':>10s} {'numpy':>10s} "
           f"{'vs plain':>9s} {'vs numpy':>9s}  recipe")
     for name in peers:
