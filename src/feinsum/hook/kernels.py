@@ -146,10 +146,8 @@ def _plan_folded(planner: Planner, knl: Any, cores: Sequence[Any], k: int,
     fusion = with_folds(fusion, folded, cores[k], declared)
     if scaled is not None:
         fusion = with_constants(fusion, replace(scaled, core=folded.core), declared)
-    plan = planner.plan(folded.core, fusion)
-    if plan.part is None or not plan.report.fused or plan.report.recipe == "generic":
-        return None
-    return replace(plan, plain=None)  # the core alone lacks the folded factors
+    plan = _with_factors(planner.plan(folded.core, fusion))
+    return None if plan is None or plan.report.recipe == "generic" else plan
 
 
 def _plan_scaled(planner: Planner, scaled: Scaled, fusion: Fusion,
@@ -163,12 +161,18 @@ def _plan_scaled(planner: Planner, scaled: Scaled, fusion: Fusion,
     alone = with_constants(Fusion(None, notes=fusion.notes), scaled, declared)
     for attempt in (fusion, alone) if fusion.statements else (fusion,):
         plan = planner.plan(scaled.core, attempt)
-        if plan.part is not None and plan.report.fused:
-            # the core without its epilogues lacks the constants: no plain fallback
-            return replace(plan, plain=None)
-        if plan.part is None:
-            return None
+        if plan.part is None or plan.report.fused:
+            return _with_factors(plan)
     return None
+
+
+def _with_factors(plan: Plan) -> Plan | None:
+    """*plan* of a core (an einsum without some of its factors) if its part computes the
+    factors (its fused expressions), without the plain part to fall back on, which lacks
+    them; else None."""
+    if plan.part is None or not plan.report.fused:
+        return None
+    return replace(plan, plain=None)
 
 
 def _fusions(knl: Any, matches: Sequence[Any]) -> list[Any]:

@@ -98,24 +98,22 @@ def with_constants(fusion: Fusion, scaled: Scaled,
     *declaration*: the kernel's declaration of a scalar parameter, by name."""
     from pymbolic.mapper.substitutor import SubstitutionMapper, make_subst_func
 
+    from feinsum.matching.fusion import ExtraArrays
     from feinsum.spec.fused import VALUE, Epilogue, FusedEinsum
 
     m = scaled.core
     rows = m.isomorphism.rows
     to_c = m.to_canonical
     spec = fusion.spec or FusedEinsum(m.canonical)
-    names = dict(fusion.names)
-    declarations = dict(fusion.declarations)
-    arrays = list(spec.arrays)
-    by_user = {u: b for b, u in names.items() if b in declarations}
-    for a in scaled.scalars:  # named as the fusion names the arrays its expressions read
-        if a.name not in by_user:
-            b = f"b{len(arrays)}"
-            by_user[a.name] = b
-            names[b], declarations[b] = a.name, declaration(a.name)
-            arrays.append(replace(a, name=b))
-    rename = SubstitutionMapper(make_subst_func(
-        {u: prim.Variable(b) for u, b in by_user.items()}))
+    extra = ExtraArrays(fusion, spec.arrays)
+    names = extra.names
+    canonical: dict[str, Any] = {}
+    for a in scaled.scalars:
+        def renamed(b: str, a: Array = a) -> Array:
+            return replace(a, name=b)
+
+        canonical[a.name] = prim.Variable(extra.name(a.name, declaration(a.name), renamed))
+    rename = SubstitutionMapper(make_subst_func(canonical))
     epilogues: dict[int, Epilogue] = {ep.row: ep for ep in spec.epilogues}
     for row, factor in enumerate(scaled.factors):
         r = rows[row]
@@ -129,5 +127,5 @@ def with_constants(fusion: Fusion, scaled: Scaled,
             epilogues[r] = Epilogue(r, args, scaled_value, f"out{r}")
             names[f"out{r}"] = m.outputs[row][0]
     spec = FusedEinsum(spec.einsum, spec.operands,
-                       tuple(epilogues[r] for r in sorted(epilogues)), tuple(arrays))
-    return replace(fusion, spec=spec, names=names, declarations=declarations)
+                       tuple(epilogues[r] for r in sorted(epilogues)), tuple(extra.arrays))
+    return replace(fusion, spec=spec, names=names, declarations=extra.declarations)

@@ -84,27 +84,22 @@ def with_folds(fusion: Fusion, folded: Folded, original: Match,
     operand expression of the array it was folded into (that expression, or its plain
     read), the expressions required. *original*: the match as found (the folded arrays'
     declarations); *declaration*: the kernel's declaration of an array, by name."""
+    from feinsum.matching.fusion import ExtraArrays
     from feinsum.spec.fused import FusedEinsum, OperandExpression
     from feinsum.spec.model import Array
 
     m = folded.core
     to_c = m.to_canonical
     spec = fusion.spec or FusedEinsum(m.canonical)
-    names, declarations = dict(fusion.names), dict(fusion.declarations)
-    arrays = list(spec.arrays)
-    by_user = {u: b for b, u in names.items() if b in declarations}
+    extra = ExtraArrays(fusion, spec.arrays)
     given = {a.name: a for a in original.einsum.arrays}
     lengths = m.canonical.lengths
 
     def b_read(user: str, indices: tuple[str, ...]) -> prim.Subscript:
-        if user not in by_user:
-            b = by_user[user] = f"b{len(arrays)}"
-            names[b], declarations[b] = user, declaration(user)
-            a = given[user]
-            arrays.append(Array(b, tuple(lengths[to_c[i]] for i in indices), a.dtype,
-                                a.order))
-        idx = tuple(prim.Variable(to_c[i]) for i in indices)
-        return prim.Subscript(prim.Variable(by_user[user]), idx)
+        a = given[user]
+        b = extra.name(user, declaration(user), lambda b: Array(
+            b, tuple(lengths[to_c[i]] for i in indices), a.dtype, a.order))
+        return prim.Subscript(prim.Variable(b), tuple(prim.Variable(to_c[i]) for i in indices))
 
     ops = {op.array: op for op in spec.operands}
     column = {f.name: c for _, c, f in m.einsum.factors()}
@@ -118,6 +113,6 @@ def with_folds(fusion: Fusion, folded: Folded, original: Match,
         ops[cb] = OperandExpression(cb, args, prim.Product((base, *smalls)))
         required.add(cb)
     spec = FusedEinsum(spec.einsum, tuple(ops[k] for k in sorted(ops)), spec.epilogues,
-                       tuple(arrays))
-    return replace(fusion, spec=spec, names=names, declarations=declarations,
+                       tuple(extra.arrays))
+    return replace(fusion, spec=spec, names=extra.names, declarations=extra.declarations,
                    required=frozenset(required))

@@ -22,7 +22,7 @@ canonical names, the statements it absorbs and the name maps back to the kernel.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -359,6 +359,27 @@ def _fusion(kk: _Kernel, m: Match, operands: Mapping[str, str], epilogues: Mappi
     return Fusion(spec, (*operands.values(), *epilogues.values()), names, dropped,
                   {b: kk.declaration(u) for u, b in namer.extra.items()}, notes,
                   {to_c[u]: (w, u) for u, w in operands.items()})
+
+
+class ExtraArrays:
+    """The arrays a fusion's expressions read besides the core's (``b0, b1...``, in the
+    order they were first read): their kernel names, declarations and specs, as a fusion
+    has them, extended as expressions added to it read more."""
+
+    def __init__(self, fusion: Fusion, arrays: tuple[Any, ...]) -> None:
+        self.names = dict(fusion.names)
+        self.declarations = dict(fusion.declarations)
+        self.arrays = list(arrays)
+        self._by_user = {u: b for b, u in self.names.items() if b in self.declarations}
+
+    def name(self, user: str, declaration: Any, spec: Callable[[str], Any]) -> str:
+        """The canonical name of kernel array *user* (declared as *declaration*; its
+        :class:`~feinsum.spec.model.Array` under a name: *spec*), a new one if it has none."""
+        if user not in self._by_user:
+            b = self._by_user[user] = f"b{len(self.arrays)}"
+            self.names[b], self.declarations[b] = user, declaration
+            self.arrays.append(spec(b))
+        return self._by_user[user]
 
 
 def without_operands(fusion: Fusion, reasons: Mapping[str, str]) -> tuple[Fusion, list[str]]:

@@ -54,11 +54,10 @@ def expression_cost(expr: Any) -> float:
         children, ops = (expr.left, expr.right), 1
     elif isinstance(expr, prim.If):
         children, ops = (expr.condition, expr.then, expr.else_), 1
-    elif isinstance(expr, (prim.LogicalAnd, prim.LogicalOr)):
-        children, ops = expr.children, len(expr.children) - 1
-    elif isinstance(expr, (prim.LogicalNot, prim.Min, prim.Max)):
-        children = getattr(expr, "children", ()) or (getattr(expr, "child", 0),)
-        ops = max(1, len(children) - 1)
+    elif isinstance(expr, (prim.LogicalAnd, prim.LogicalOr, prim.Min, prim.Max)):
+        children, ops = expr.children, max(1, len(expr.children) - 1)
+    elif isinstance(expr, prim.LogicalNot):
+        children, ops = (expr.child,), 1
     return ops + sum(expression_cost(c) for c in children)
 
 
