@@ -402,6 +402,42 @@ def test_matrix_products(scaled: bool, model: str | None, recipe: str) -> None:
     np.testing.assert_allclose(got, factor * (A @ B), rtol=1e-12)
 
 
+@pytest.mark.parametrize("name", ["A @ x", "A.T @ y", "row sums", "largest of each row"])
+def test_matrix_vector_products_for_a_gpu_model(name: str) -> None:
+    """Matrix-vector products and row reductions as pytato writes them, of lengths the hook
+    knows, transformed for the H200 model and run on the CPU device: generic's default
+    shares each reduction among the work-items of a group (feinsum.toolbox.sharing: lanes
+    on the rows would read the matrix with a row's stride, or the outputs are too few),
+    and the results are numpy's."""
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+    from feinsum.devices.models import MODELS
+    from feinsum.devices.opencl import get_device, get_queue
+
+    actx = FeinsumPytatoPyOpenCLArrayContext(get_queue(get_device()), feinsum_db=False,
+                                             feinsum_device=MODELS["h200"].info)
+    rng = np.random.default_rng(6)
+    programs = {
+        "A @ x": (lambda a, v: a @ v, (1201, 997), lambda a, v: a @ v),
+        "A.T @ y": (lambda a, v: actx.einsum("ji,j->i", a, v), (997, 1201),
+                    lambda a, v: a.T @ v),
+        "row sums": (lambda a, v: actx.np.sum(a * v, axis=1), (1201, 997),
+                     lambda a, v: np.sum(a * v, axis=1)),
+        "largest of each row": (lambda a, v: actx.np.max(a * v, axis=1), (1201, 997),
+                                lambda a, v: np.max(a * v, axis=1)),
+    }
+    fn, shape, ref = programs[name]
+    a, v = rng.random(shape), rng.random(shape[0] if name == "A.T @ y" else shape[1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = actx.to_numpy(actx.compile(fn)(actx.from_numpy(a), actx.from_numpy(v)))
+    report = actx.feinsum_last_report
+    assert [(g.recipe, g.action) for g in report.groups] == [("generic", "default")], str(
+        report)
+    (group,) = report.groups
+    assert group.params is not None and group.params["rlocal"] > 1, str(report)
+    np.testing.assert_allclose(got, ref(a, v), rtol=1e-12)
+
+
 @pytest.mark.parametrize("name", ["einsum", "sum of products", "few long rows",
                                   "largest difference", "smallest entry", "sum of squares",
                                   "vdot", "norm of a flattened field"])

@@ -3,8 +3,8 @@
 ``vec`` entries of the last output index as vector lanes (toolbox_vec); output index
 ``x`` on work-items ``l.0`` (``lx``), groups ``g.0``, ``px`` per work-item (ILP); ``y``
 likewise on ``l.1``; one more on ``g.2``. Main reduction tiled (``rtile``, unrolled) or
-shared by ``rlocal`` work-items; short loops unrolled; operand ``c`` staged (``stage<c>``)
-in local memory (a reduction tile at a time) or private memory.
+shared by ``rlocal`` work-items (few outputs; on GPUs the matrix-vector shapes:
+toolbox_sharing); short loops unrolled; operand ``c`` staged in local or private memory.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from feinsum.recipes import Boolean, Choice, Constraint, ParameterSpace, PowersOfTwo, Recipe
 from feinsum.toolbox import core as tb
+from feinsum.toolbox import sharing as ts
 from feinsum.toolbox import vec as tv
 from feinsum.toolbox.parameters import at_most
 
@@ -97,15 +98,16 @@ def _space(e: Any, device: Any) -> ParameterSpace:
     return ParameterSpace(params, cons)
 
 
-def _default(e: Any, device: Any) -> dict[str, Any]:
+def _default(e: Any, device: Any, lengths: dict[str, int]) -> dict[str, Any]:
     out, r, wi = e.out_indices, tb.main_reduction(e), device.default_work_items
     x = out[-1] if out else None
-    longs = [i for i in out[:-1] if not tb.is_fixed(e, i)]
-    y = longs[-1] if longs else (out[-2] if len(out) > 1 else None)
+    y = ([i for i in out[:-1] if not tb.is_fixed(e, i)] or out[-2:-1] or [None])[-1]
     most = min(tb.MAX_WORK_GROUP, device.max_work_group_size, device.max_work_item_sizes[0])
     lx = 1 if x is None else tb.pow2_at_least(e.lengths[x], wi) if tb.is_fixed(e, x) else wi
     ly = 1 if y is None or device.is_cpu else min(4, most // lx)
     share = r is not None and lx * ly <= 4 and e.reduction not in ("argmin", "argmax")
+    if not share and (lanes := ts.shared_lanes(e, device, x, r, lengths)):
+        (lx, wi), ly, share = lanes, 1, True  # the matrix-vector shapes on GPUs
     wi = min(wi, most // (lx * ly))
     vec = 1 if share else tv.default_lanes(e, device)  # with 16 x 4 blocks: measured best
     return {"x": x, "y": y, "lx": 16 if vec > 1 else lx, "px": 4 if vec > 1 else 1, "ly": ly,
@@ -143,8 +145,6 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     return tv.finish_lanes(t)
 
 
-RECIPE = Recipe(
-    "generic", applies=tb.dense_only, space=_space, default=_default, apply=_apply,
-    description="Every dense einsum: output loops over work-groups/items, vector lanes, "
-    "reduction tiled or shared, operands staged in local/private memory, short loops unrolled.",
-)
+RECIPE = Recipe("generic", applies=tb.dense_only, space=_space, default=_default, apply=_apply,
+                description="Every dense einsum: outputs on work-groups/items, vector lanes, "
+                "reduction tiled or shared, operands staged, short loops unrolled.")

@@ -128,6 +128,12 @@ def _reductions(out: list[Workload]) -> None:
     out.append(Workload("inner", "reduction", einsum(
         "ej,ej->", array("u", ("E", 35), f64), array("v", ("E", 35), f64)),
         {"E": 1_000_000}, {"E": 261}))
+    # nor these: a matrix-vector product and the transposed one (A.T @ y), generic's,
+    # whose GPU default shares the reduction (feinsum.toolbox.sharing); 512 MB matrices
+    A, x, y = array("A", ("R", "C"), f64), array("x", ("C",), f64), array("y", ("R",), f64)
+    sizes, small = {"R": 8000, "C": 8000}, {"R": 261, "C": 300}
+    out.append(Workload("matvec", "reduction", einsum("ij,j->i", A, x), sizes, small))
+    out.append(Workload("matvec_t", "reduction", einsum("ji,j->i", A, y), sizes, small))
 
 
 def workloads(small: bool = False, families: tuple[str, ...] = FAMILIES, *,
