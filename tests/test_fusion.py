@@ -9,6 +9,7 @@ reductions into the elementwise statement, the 2026 one writes each into a tempo
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import loopy as lp
@@ -335,33 +336,80 @@ def test_every_recipe_fuses_or_says_why(cl_device: Any, cl_queue: Any) -> None:
     assert {"dg_transposed", "generic"} <= fused_by
 
 
-def test_recipe_reading_the_operand_in_c_code_keeps_the_split(cl_device: Any,
-                                                               cl_queue: Any) -> None:
-    """The contraction recipe's vector tiles read the operand with ``vloadN``: the report
-    says so, the operand keeps its statement and temporary, the results are unchanged.
-    (Lengths given at the call: with the long ones fixed, main's contraction vector scheme
-    leaves a length symbol in its C code, a bug of its own.)"""
+def _product_with(t_expr: str, dtype: Any = np.float64, q_order: str = "C",
+                  extra: tuple[Any, ...] = ()) -> Any:
+    """``out = A @ t`` with ``t[k1, j1] = <t_expr>`` a temporary of its own."""
+    return lp.make_kernel(
+        "{[i, j, k, k1, j1]: 0 <= i < n and 0 <= j, j1 < m and 0 <= k, k1 < 64}",
+        f"""
+        t[k1, j1] = {t_expr}
+        out[i, j] = sum(k, A[i, k]*t[k, j])
+        """, [lp.GlobalArg("A", dtype, shape=("n", 64)),
+              lp.GlobalArg("p", dtype, shape=(64, "m")),
+              lp.GlobalArg("q", dtype, shape=(64, "m"), order=q_order),
+              lp.GlobalArg("out", dtype, shape=("n", "m")),
+              lp.TemporaryVariable("t", dtype, shape=(64, "m"),
+                                   address_space=lp.AddressSpace.GLOBAL),
+              lp.ValueArg("n, m", np.int32), *extra],
+        name="gemm", seq_dependencies=True, lang_version=(2018, 2))
+
+
+VECTOR_OPERANDS = {
+    "difference": ("p[k1, j1] - q[k1, j1]", lambda p, q: p - q),
+    "affine": ("2.0*p[k1, j1] + q[k1, j1]", lambda p, q: 2 * p + q),
+    "quotient": ("p[k1, j1] / (1.0 + q[k1, j1])", lambda p, q: p / (1 + q)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VECTOR_OPERANDS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_vector_loads_compute_the_operand_expression(name: str, dtype: Any, cl_device: Any,
+                                                     cl_queue: Any) -> None:
+    """The contraction recipe's vector tiles read the second operand with ``vloadN``: an
+    operand expression of arrays laid out as the operand, at its indices, is computed on
+    the vectors loaded from each (and lane by lane in the last, partial vector of a row:
+    253 columns), so it is fused; the results are numpy's."""
     from feinsum.hook import transform_program
 
-    knl = lp.make_kernel(
-        "{[i, j, k, k1, j1]: 0 <= i < n and 0 <= j, j1 < m and 0 <= k, k1 < 64}",
-        """
-        t[k1, j1] = p[k1, j1] - q[k1, j1]
-        out[i, j] = sum(k, A[i, k]*t[k, j])
-        """, [lp.GlobalArg("A", np.float64, shape=("n", 64)),
-              lp.GlobalArg("p,q", np.float64, shape=(64, "m")),
-              lp.GlobalArg("out", np.float64, shape=("n", "m")),
-              lp.TemporaryVariable("t", np.float64, shape=(64, "m"),
-                                   address_space=lp.AddressSpace.GLOBAL),
-              lp.ValueArg("n, m", np.int32)],
-        name="gemm", seq_dependencies=True, lang_version=(2018, 2))
-    new, report = transform_program(knl, device=cl_device, db=False, prefer=["contraction"])
+    body, want = VECTOR_OPERANDS[name]
+    new, report = transform_program(_product_with(body, dtype), device=cl_device, db=False,
+                                    prefer=["contraction"])
     (group,) = report.groups
-    assert group.recipe == "contraction" and not group.fused, report
-    assert any("t = p" in n and "C code" in n for n in group.not_fused), report
+    assert group.recipe == "contraction" and any("in the loads" in f for f in group.fused), (
+        report)
+    code = lp.generate_code_v2(new).device_code()
+    assert re.search(r"vload\d+\(0, p \+", code) and re.search(r"vload\d+\(0, q \+", code), (
+        code)
     rng = np.random.default_rng(3)
-    a = {"A": rng.random((300, 64)), "p": rng.random((64, 256)), "q": rng.random((64, 256))}
-    np.testing.assert_allclose(run(new, cl_queue, a), a["A"] @ (a["p"] - a["q"]), rtol=1e-12)
+    a = {"A": rng.random((300, 64)), "p": rng.random((64, 253)), "q": rng.random((64, 253))}
+    a = {k: v.astype(dtype) for k, v in a.items()}
+    rtol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(run(new, cl_queue, a), a["A"] @ want(a["p"], a["q"]), rtol=rtol)
+
+
+@pytest.mark.parametrize(("why", "body", "order", "extra"), [
+    ("an array read at other indices", "p[k1, j1] + s[k1]", "C",
+     (lp.GlobalArg("s", np.float64, shape=(64,)),)),
+    ("an array laid out otherwise", "p[k1, j1] - q[k1, j1]", "F", ()),
+])
+def test_vector_loads_keep_the_split_where_they_cannot_compute_it(
+        why: str, body: str, order: str, extra: tuple[Any, ...], cl_device: Any,
+        cl_queue: Any) -> None:
+    """Where the operand expression reads an array at other indices, or laid out otherwise
+    (a ``vloadN`` at the operand's offset would read other entries), the report says why,
+    the operand keeps its statement and temporary, and the results are numpy's."""
+    from feinsum.hook import transform_program
+
+    new, report = transform_program(_product_with(body, q_order=order, extra=extra),
+                                    device=cl_device, db=False, prefer=["contraction"])
+    (group,) = report.groups
+    assert group.recipe == "contraction" and not group.fused, (why, report)
+    assert any("t = p" in n and "C code" in n for n in group.not_fused), (why, report)
+    rng = np.random.default_rng(4)
+    a = {"A": rng.random((300, 64)), "p": rng.random((64, 256)),
+         "q": np.asarray(rng.random((64, 256)), order=order), "s": rng.random(64)}
+    t = a["p"] + a["s"][:, None] if "s[" in body else a["p"] - a["q"]
+    np.testing.assert_allclose(run(new, cl_queue, a), a["A"] @ t, rtol=1e-12)
 
 
 # }}}

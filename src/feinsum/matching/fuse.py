@@ -5,16 +5,21 @@ A recipe transforms the plain (core) einsum; :func:`fuse_part` then puts a
 
 * every read of an operand array ``a1[x, y]`` in a statement becomes the operand's
   expression at those indices (``b0[x, y] - b1[x, y]``): substitution rules, staging
-  statements and register loads alike, since replay has expanded the rules;
+  statements and register loads alike, since replay has expanded the rules; a vector
+  load of it (``vloadN`` in C code) loads each array the expression reads and computes
+  the expression on the vectors, where those arrays are read at the operand's indices
+  and laid out as the operand;
 * every statement that stores row ``r``'s output applies the epilogue: an assignment
   ``out0[idx] = v`` becomes ``out0[idx] = epilogue(idx, v)``; a ``vstoreN`` of a vector
   temporary stores the epilogue of each of its lanes, computed into a vector of its own
   just before (the lanes run along the output's contiguous axis).
 
 Where a recipe's kernel does what this cannot see through, nothing is fused and the
-reason is returned: a C statement reading the operand array (``vloadN``: the recipe reads
-it as raw memory), or one writing the output other than ``vstoreN``, or a kernel that reads
-the output back (it accumulates there: the epilogue would apply more than once). The
+reason is returned: a vector load of the operand whose expression reads other arrays at
+other indices or laid out otherwise (the load's offset is the operand's), or computes
+what OpenCL C vectors cannot; a C statement writing the output other than ``vstoreN``; a
+kernel that reads the output back (it accumulates there: the epilogue would apply more
+than once). The
 fused kernel must schedule as the recipe's did. Arrays the expressions read are declared
 as the user declares them (in canonical names ``b0...``), in the kernel and in the part's
 reference kernel, so that :func:`~feinsum.matching.assemble.assemble` sees them unchanged.
@@ -48,8 +53,11 @@ def fuse_part(part: Part, fusion: Fusion) -> Part | str:
         return "nothing to fuse"
     tk = part.kernel
     try:
-        tk = _operands(tk, {op.array: op for op in spec.operands})
-        tk, ref = _declare(tk, part, fusion)
+        decls = {name: _argument(name, decl, part, fusion)
+                 for name, decl in sorted(fusion.declarations.items())}
+        tk = _operands(tk, {op.array: op for op in spec.operands}, decls,
+                       part.match.canonical_lengths)
+        tk, ref = _declare(tk, part, fusion, decls)
         for ep in spec.epilogues:
             tk = _epilogue(tk, ep)
     except _NotFused as exc:
@@ -88,8 +96,11 @@ def _c_names(insn: Any) -> set[str]:
 # {{{ operand expressions
 
 
-def _operands(tk: lp.LoopKernel, ops: Mapping[str, Any]) -> lp.LoopKernel:
-    """Every read of an operand array replaced by its expression."""
+def _operands(tk: lp.LoopKernel, ops: Mapping[str, Any], decls: Mapping[str, Any],
+              lengths: Mapping[str, int]) -> lp.LoopKernel:
+    """Every read of an operand array replaced by its expression (in a vector load, the
+    expression on vectors: :func:`_vector_operand`). *decls*: the arrays the expressions
+    read, as the kernel will declare them; *lengths*: the lengths the kernel fixes."""
     if not ops:
         return tk
     from loopy.kernel.instruction import CInstruction
@@ -117,13 +128,71 @@ def _operands(tk: lp.LoopKernel, ops: Mapping[str, Any]) -> lp.LoopKernel:
     insns: list[Any] = []
     for insn in tk.instructions:
         if isinstance(insn, CInstruction):
-            if _c_names(insn) & set(ops):
-                raise _NotFused("the recipe reads the operand in C code (vector loads), not "
-                                "through its substitution rule")
+            for name in sorted(_c_names(insn) & set(ops)):
+                insn = _vector_operand(tk, insn, ops[name], decls, lengths)
             insns.append(insn)
             continue
         insns.append(insn.with_transformed_expressions(inline))
     return tk.copy(instructions=insns)
+
+
+_VLOAD = r"vload(\d+)\(0, {name} \+ (\w+)\)"
+
+
+def _vector_operand(tk: lp.LoopKernel, insn: Any, op: Any, decls: Mapping[str, Any],
+                    lengths: Mapping[str, int]) -> Any:
+    """The vector load *insn* (:func:`feinsum.toolbox.cvec.vload_clamped`) of operand
+    ``op.array`` loading ``op.expression`` instead: ``vloadN`` of each array it reads and
+    the expression on vectors in OpenCL C, lane by lane in the clamped tail. Only for
+    arrays read at the operand's own indices and laid out as the operand (the load's
+    offset is theirs too), and expressions OpenCL C vectors can compute."""
+    import loopy as lp
+    import numpy as np
+    from loopy.types import NumpyType
+
+    from feinsum.spec.formulas import walk
+
+    name = op.array
+    why = ("the recipe reads the operand in C code (vector loads), and its expression "
+           "reads arrays that are not laid out as the operand at its indices")
+    vload = re.compile(_VLOAD.format(name=re.escape(name)))
+    scalar = re.compile(rf"\b{re.escape(name)}\[([^\[\]]*)\]")
+    found = vload.findall(insn.code)
+    arg = tk.arg_dict.get(name)
+    if len(found) != 1 or len(scalar.findall(insn.code)) != 1 or not isinstance(
+            arg, lp.ArrayArg):
+        raise _NotFused(why)
+    own = tuple(prim.Variable(a) for a in op.arguments)
+    subs = {e: str(getattr(e.aggregate, "name", "")) for e in walk(op.expression)
+            if isinstance(e, prim.Subscript)}
+
+    def strides(a: Any) -> list[str]:
+        from pymbolic.mapper.substitutor import SubstitutionMapper, make_subst_func
+
+        smap = SubstitutionMapper(make_subst_func(dict(lengths)))
+        return [str(smap(t.stride)) for t in a.dim_tags]
+
+    for e, array in subs.items():
+        b = decls.get(array)
+        if (tuple(e.index_tuple) != own or not isinstance(b, lp.ArrayArg)
+                or b.dtype != arg.dtype or strides(b) != strides(arg)):
+            raise _NotFused(why)
+    npdt = arg.dtype.numpy_dtype if isinstance(arg.dtype, NumpyType) else None
+    suffix = "f" if npdt == np.float32 else ""
+    values = {a.name for a in tk.args if isinstance(a, lp.ValueArg)}
+    width, off = found[0]
+    (index,) = scalar.findall(insn.code)
+    try:
+        vec = _c_text(op.expression, {e: (f"vload{width}(0, {a} + {off})", e)
+                                      for e, a in subs.items()}, "", "", suffix, values)
+        one = _c_text(op.expression, {e: (f"{a}[{index}]", e) for e, a in subs.items()},
+                      "", "", suffix, values)
+    except _Scalar:
+        raise _NotFused("the recipe reads the operand in C code (vector loads), and OpenCL "
+                        "C vectors cannot compute its expression") from None
+    code = scalar.sub(lambda _: one, vload.sub(lambda _: vec, insn.code))
+    reads = set(subs.values()) | _value_args(op.expression, tk)
+    return insn.copy(code=code, read_variables=frozenset(insn.read_variables - {name}) | reads)
 
 
 # }}}
@@ -371,13 +440,14 @@ def _with_lanes(tk: lp.LoopKernel, extra: Mapping[str, Any]) -> lp.LoopKernel:
 # {{{ declarations
 
 
-def _declare(tk: lp.LoopKernel, part: Part, fusion: Fusion) -> tuple[Any, Any]:
+def _declare(tk: lp.LoopKernel, part: Part, fusion: Fusion, declared: Mapping[str, Any]
+             ) -> tuple[Any, Any]:
     """The kernel and the reference without the operand arrays, with the arrays the
-    expressions read declared as the user declares them."""
+    expressions read declared as the user declares them (*declared*: by
+    :func:`_argument`)."""
     spec = fusion.spec
     gone = {op.array for op in spec.operands} if spec is not None else set()
-    decls = [_argument(name, decl, part, fusion)
-             for name, decl in sorted(fusion.declarations.items())]
+    decls = list(declared.values())
     have = {a.name for a in tk.args}
     args = [a for a in tk.args if a.name not in gone] + [d for d in decls if d.name not in have]
     ref = part.reference
