@@ -205,6 +205,40 @@ def test_a_coalesced_copy_is_dram_bound() -> None:
     assert strided.seconds > p.seconds and strided.components["lsu"] > 8 * p.components["lsu"]
 
 
+def _two_launches() -> lp.TranslationUnit:
+    """A copy of slice 1 of a (5, n) array over n/256 work-groups, a global barrier, then
+    a sum of its first 256 entries by one work-group of 256: two device kernels."""
+    t = lp.make_kernel(
+        ["{[i]: 0 <= i < n}", "{[j, k]: 0 <= j < 256 and 0 <= k < 4}"],
+        """
+        t[i] = 2 * q[1, i]  {id=copy}
+        ... gbarrier {id=gb, dep=copy}
+        s[j] = t[j] + t[j] * k  {id=sum, dep=gb}
+        """,
+        [lp.GlobalArg("q", np.float32, shape=(5, "n")),
+         lp.TemporaryVariable("t", np.float32, shape=("n",),
+                              address_space=lp.AddressSpace.GLOBAL),
+         lp.GlobalArg("s", np.float32, shape=(256,)), lp.ValueArg("n", np.int32)],
+        target=lp.PyOpenCLTarget(), lang_version=(2018, 2), seq_dependencies=False)
+    t = lp.assume(t, "n mod 8192 = 0 and n >= 8192")
+    t = lp.split_iname(t, "i", 256, outer_tag="g.0", inner_tag="l.0")
+    return lp.tag_inames(t, {"j": "l.0", "k": "unr"})
+
+
+def test_each_launch_is_charged_its_own_dram_traffic() -> None:
+    """Each device kernel moves what it touches, a constant index's slice only: the copy
+    reads one of q's 5 rows and writes t; the sum reads t (all of it: its index varies)
+    and writes s. (They used to share the program's traffic by work-groups: the copy's
+    n/256 groups took nearly all of it, the sum's one group nearly none.)"""
+    n = 1 << 24
+    p = predict(_two_launches(), "h200", {"n": n})
+    hw = hardware_for("h200")
+    copy, total = p.kernels
+    assert copy["groups"] == n // 256 and total["groups"] == 1, p.kernels
+    assert p.components["dram"] == pytest.approx((4 * n + 4 * n + 4 * n + 4 * 256)
+                                                 / hw.dram_bandwidth)
+
+
 def test_missing_lengths_are_named() -> None:
     with pytest.raises(PredictionError, match="lengths of n"):
         predict(_copy(False), "h200", {})

@@ -84,6 +84,9 @@ class DeviceKernel:
     #: local-array pointers advanced per rolled-loop iteration (all warps)
     check_instructions: float = 0.0
     pointer_increments: float = 0.0
+    #: bytes of DRAM traffic: every global array its statements read, and every one they
+    #: write, once (a later launch reads from DRAM what an earlier one wrote)
+    dram_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -313,7 +316,7 @@ class _Reader:
         registers, stack = self._registers(ids)
         return DeviceKernel(name, groups, group_size, self._local_bytes(ids), registers,
                             stack, tuple(stmts), tuple(accesses.values()), barriers,
-                            iterations, checks, increments)
+                            iterations, checks, increments, self._dram_bytes(ids))
 
     def _streams(self, insn: Any, loops: list[str],
                  streams: dict[tuple[str, ...], set[str]]) -> None:
@@ -560,29 +563,53 @@ class _Reader:
                     self.evaluate(s) for s in (tv.shape or ()))
         return total
 
-    def _dram_bytes(self) -> float:
-        """Every global array the kernel reads, and every one it writes, once."""
+    def _dram_bytes(self, ids: Any = None) -> float:
+        """Every global array the statements *ids* (default: all) read, and every one they
+        write, once: with *ids*, only the slices they touch (:meth:`_footprints`)."""
         import loopy as lp
 
-        read: set[str] = set()
-        written: set[str] = set()
+        read: dict[str, set[Any]] = {}
+        written: dict[str, set[Any]] = {}
         for insn in self.knl.instructions:
-            names = {n for n, _ in self._accessed(insn)}
-            if isinstance(insn, lp.CInstruction):
-                names |= {m[2] for m in _CVEC.findall(insn.code)}
-            w = insn.assignee_var_names()
-            written |= set(w) & names
-            read |= names - set(w)
-            read |= set(insn.read_dependency_names()) & names
-        total = 0.0
-        for name in read | written:
-            space, var = self._space(name)
-            if space != "global" or var.shape is None:
+            if ids is not None and insn.id not in ids:
                 continue
-            size = np.dtype(var.dtype.numpy_dtype).itemsize * math.prod(
-                self.evaluate(s) for s in var.shape)
-            total += size * ((name in read) + (name in written))
-        return total
+            accessed = self._accessed(insn)
+            if isinstance(insn, lp.CInstruction):
+                accessed += [(m[2], None) for m in _CVEC.findall(insn.code)]
+            w = set(insn.assignee_var_names())
+            deps = set(insn.read_dependency_names())
+            for name, idx in accessed:
+                slot = _slice(idx) if ids is not None else None
+                if name in w:
+                    written.setdefault(name, set()).add(slot)
+                if name not in w or name in deps:
+                    read.setdefault(name, set()).add(slot)
+        return sum(self._footprints(name, slots) for touched in (read, written)
+                   for name, slots in touched.items())
+
+    def _footprints(self, name: str, slots: set[Any]) -> float:
+        """Bytes of the slices *slots* of global array *name* (:func:`_slice`), at most the
+        whole array; 0 for anything else."""
+        space, var = self._space(name)
+        if space != "global" or var.shape is None:
+            return 0.0
+        shape = [self.evaluate(n) for n in var.shape]
+        whole = math.prod(shape)
+        total = 0
+        for slot in slots:
+            if slot is None or len(slot) != len(shape):
+                return float(np.dtype(var.dtype.numpy_dtype).itemsize * whole)
+            total += math.prod(n for n, fixed in zip(shape, slot, strict=True) if fixed is None)
+        return float(np.dtype(var.dtype.numpy_dtype).itemsize * min(total, whole))
+
+
+def _slice(idx: Any) -> tuple[Any, ...] | None:
+    """The slice an access at index *idx* touches: per axis the constant index, or None
+    where the index varies (None for all of it: a scalar, or an unknown index)."""
+    if idx is None:
+        return None
+    out = tuple(int(i) if isinstance(i, (int, np.integer)) else None for i in idx)
+    return None if all(i is None for i in out) else out
 
 
 def read_kernel(t_unit: Any, lengths: Mapping[str, int], hw: Hardware) -> KernelStats:

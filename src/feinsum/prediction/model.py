@@ -11,7 +11,8 @@ most work-groups (``ceil(groups / compute units)``: the tail of the last wave co
   (a read resolves two per wavefront), bank conflicts per local one (a broadcast is one),
   stack traffic; the same address loaded twice in one loop body counts once, as the
   compiler loads it once;
-* ``dram``: every global array read and written once, over the sustained bandwidth;
+* ``dram``: every global array a device kernel reads and writes, once each, over the
+  sustained bandwidth (a later launch reads again what an earlier one wrote);
 * ``latency``: what one work-group's warps wait for in sequence (global and local
   latencies over the accesses a warp keeps in flight, dependent FMA chains, barriers),
   once per wave of resident work-groups (occupancy from registers, local memory and
@@ -188,12 +189,10 @@ def combine(stats: KernelStats, hw: Hardware, roofline_seconds: float | None = N
     dram = stats.dram_bytes / hw.dram_bandwidth if hw.dram_bandwidth > 0 else 0.0
     if hw.dram_bandwidth <= 0:
         notes.append(f"{hw.name}'s DRAM bandwidth is unknown: no DRAM bound")
-    total_work = sum(max(1, k.groups) for k in stats.kernels) or 1
     seconds, limits, info = 0.0, dict[str, float](), []
     for k in stats.kernels:
         comp = kernel_components(k, hw)
-        # a kernel's share of the DRAM traffic: in proportion to its work-groups
-        comp["dram"] = dram * k.groups / total_work
+        comp["dram"] = k.dram_bytes / hw.dram_bandwidth if hw.dram_bandwidth > 0 else 0.0
         t, bound = kernel_seconds(comp, hw)
         t += hw.launch_seconds
         seconds += t
