@@ -42,6 +42,8 @@ CASES = {
     "predict_defaults": (["predict_defaults.py", "--family", "dg", "--model", "h200",
                           "--workload", "local", "--recipe", "dg_nodes", "--rst", "t.rst"],
                          ["local\th200\tdg_nodes*", "%", " ms"]),
+    "predict_programs": (["predict_programs.py", "--elements", "64", "--only", "DG step"],
+                         ["DG step\th200\t", "x\t", "nothing measured"]),
     "query": (["bench_query.py", "--n", "500", "--repeat", "2"], ["best"]),
     "search": (["bench_search.py", "replay"], ["model-based strategy"]),
 }
@@ -49,7 +51,7 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_benchmark_script_runs(name: str, tmp_path: Path) -> None:
-    if name in ("arraycontext", "first_call"):
+    if name in ("arraycontext", "first_call", "predict_programs"):
         from test_arraycontext import require_arraycontext
 
         require_arraycontext()
