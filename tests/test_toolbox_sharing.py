@@ -39,10 +39,17 @@ def _lanes(e: fs.BatchedEinsum, device: Any = H200, **lengths: int) -> Any:
 
 def test_rows_read_with_a_stride_share_whatever_the_lengths() -> None:
     e = _spec("ij,j->i", ("N", "N"), ("N",))
-    assert _lanes(e) == ts.STRIDED
-    assert _lanes(e, n0=10**6) == ts.STRIDED
-    assert _lanes(_spec("ij->i", ("M", "N"))) == ts.STRIDED
-    assert _lanes(_spec("bij,bj->bi", (4, "N", "N"), (4, "N"))) == ts.STRIDED
+    assert _lanes(e) == _lanes(e, n0=10**6) == (2, 64)
+    assert _lanes(_spec("ij->i", ("M", "N"))) == (2, 64)
+    assert _lanes(_spec("bij,bj->bi", (4, "N", "N"), (4, "N"))) == (2, 64)
+    # a tall matrix of short rows: fewer work-items an output, more outputs a group
+    assert _lanes(_spec("ij,j->i", ("M", 35), (35,))) == (16, 4)
+    assert _lanes(_spec("ij,j->i", ("M", "N"), ("N",)), n0=10**6, n1=256) == (4, 16)
+
+
+def test_strided_lanes_give_each_work_item_about_16_terms() -> None:
+    assert [ts.strided_lanes(n) for n in (16, 64, 65, 128, 256, 1024, 10**6, None)] == [
+        (16, 4), (16, 4), (8, 8), (8, 8), (4, 16), (2, 64), (2, 64), (2, 64)]
 
 
 def test_consecutive_outputs_share_only_when_few() -> None:
@@ -57,9 +64,13 @@ def test_consecutive_outputs_share_only_when_few() -> None:
 @pytest.mark.parametrize(("why", "e", "lengths"), [
     ("a GEMM: lanes on j read B at consecutive addresses",
      _spec("ik,kj->ij", ("N", "N"), ("N", "N")), {}),
-    ("a short reduction", _spec("ij,j->i", ("N", 64), (64,)), {}),
-    ("a reduction known to be short", _spec("ij,j->i", ("N", "M"), ("M",)),
-     {"n0": 10**6, "n1": 100}),
+    ("rows shorter than a sector's worth", _spec("ij,j->i", ("N", 8), (8,)), {}),
+    ("rows known to be that short", _spec("ij,j->i", ("N", "M"), ("M",)),
+     {"n0": 10**6, "n1": 8}),
+    ("a DG operator: small, every element reads it again from the caches",
+     _spec("ij,ej->ei", (35, 35), ("E", 35)), {}),
+    ("consecutive outputs, few, but a short reduction",
+     _spec("ji,j->i", (64, "N"), (64,)), {"n0": 1000}),
     ("an argmin", _spec("ij->i", ("N", "N"), reduction="argmin"), {}),
     ("no reduction", _spec("ij,j->ij", ("N", "N"), ("N",)), {}),
 ])
@@ -80,12 +91,13 @@ def test_the_default_respects_each_models_limits() -> None:
     for name, model in MODELS.items():
         p = generic().default(e, model.info)  # validated against the model's limits
         if not model.info.is_cpu:
-            assert (p["lx"], p["rlocal"], p["rtile"]) == (2, ts.STRIDED[1], 1), name
+            assert (p["lx"], p["rlocal"], p["rtile"]) == (2, 64, 1), name
 
 
 CASES = {
     "rows": (_spec("ij,j->i", ("N", "M"), ("M",)), {}),
     "rows_f32": (_spec("ij,j->i", ("N", "M"), ("M",), dtype="float32"), {}),
+    "short_rows": (_spec("ij,j->i", ("N", 35), (35,)), {}),
     "columns_few": (_spec("ji,j->i", ("M", "N"), ("M",)), {"n0": 300, "n1": 300}),
     "fortran": (_spec("ij,j->i", ("N", "M"), ("M",), order="F"), {"n0": 300, "n1": 300}),
     "row_sums_max": (_spec("ij->i", ("N", "M"), reduction="max"), {}),
