@@ -56,21 +56,26 @@ def build_problem(code: str, options: Any, device: Any) -> str | None:
     builds); the compiler's first error line, where its log has one."""
     import pyopencl as cl
 
+    from feinsum.devices.compiler_output import compiler_output, echo
     from feinsum.devices.opencl import get_context
 
-    try:
-        cl.Program(get_context(device), code).build(options=options)
-    except Exception as exc:  # the compiler's refusal, or the runtime's
-        log = str(exc)
-        first = next((ln.strip() for ln in log.splitlines() if "error" in ln.lower()
-                      and "clBuildProgram" not in ln), None)
-        what = f"the device's OpenCL compiler refused the code ({device.name.strip()})"
-        if first is None:
-            return f"{what}: {_why(exc)}"
-        import re
+    refused: Exception | None = None
+    with compiler_output() as printed:
+        try:
+            cl.Program(get_context(device), code).build(options=options)
+        except Exception as exc:  # the compiler's refusal, or the runtime's
+            refused = exc
+    echo(printed, refused is not None)
+    if refused is None:
+        return None
+    first = next((ln.strip() for ln in str(refused).splitlines() if "error" in ln.lower()
+                  and "clBuildProgram" not in ln), None)
+    what = f"the device's OpenCL compiler refused the code ({device.name.strip()})"
+    if first is None:
+        return f"{what}: {_why(refused)}"
+    import re
 
-        return f"{what}: {re.sub(r'[^ ]+:[0-9]+:[0-9]+: *', '', first)[:300]}"
-    return None
+    return f"{what}: {re.sub(r'[^ ]+:[0-9]+:[0-9]+: *', '', first)[:300]}"
 
 
 def linearized(t_unit: Any) -> Any | None:

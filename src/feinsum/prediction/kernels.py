@@ -25,6 +25,7 @@ from feinsum.prediction.accesses import (
     Access,
     SubscriptCollector,
     lane_spans,
+    touched_slice,
     warp_access,
     whole_vector,
 )
@@ -579,7 +580,7 @@ class _Reader:
             w = set(insn.assignee_var_names())
             deps = set(insn.read_dependency_names())
             for name, idx in accessed:
-                slot = _slice(idx) if ids is not None else None
+                slot = touched_slice(idx) if ids is not None else None
                 if name in w:
                     written.setdefault(name, set()).add(slot)
                 if name not in w or name in deps:
@@ -601,15 +602,6 @@ class _Reader:
                 return float(np.dtype(var.dtype.numpy_dtype).itemsize * whole)
             total += math.prod(n for n, fixed in zip(shape, slot, strict=True) if fixed is None)
         return float(np.dtype(var.dtype.numpy_dtype).itemsize * min(total, whole))
-
-
-def _slice(idx: Any) -> tuple[Any, ...] | None:
-    """The slice an access at index *idx* touches: per axis the constant index, or None
-    where the index varies (None for all of it: a scalar, or an unknown index)."""
-    if idx is None:
-        return None
-    out = tuple(int(i) if isinstance(i, (int, np.integer)) else None for i in idx)
-    return None if all(i is None for i in out) else out
 
 
 def read_kernel(t_unit: Any, lengths: Mapping[str, int], hw: Hardware) -> KernelStats:
