@@ -161,7 +161,8 @@ def _vector_operand(tk: lp.LoopKernel, insn: Any, op: Any, decls: Mapping[str, A
     arg = tk.arg_dict.get(name)
     if len(found) != 1 or len(scalar.findall(insn.code)) != 1 or not isinstance(
             arg, lp.ArrayArg):
-        raise _NotFused(why)
+        raise _NotFused("the recipe reads the operand in C code other than the vector "
+                        "loads feinsum can rewrite")
     own = tuple(prim.Variable(a) for a in op.arguments)
     subs = {e: str(getattr(e.aggregate, "name", "")) for e in walk(op.expression)
             if isinstance(e, prim.Subscript)}
