@@ -1,9 +1,9 @@
 """The reference workloads of ``shared/workloads.md`` as specs, for tests and benchmarks.
 
 Every workload keeps its long axes symbolic (``E``, ``M``, ``N``; ``R`` and ``C`` for the
-matrix-vector stand-ins) so that one build serves
-any length; :attr:`Workload.lengths` gives the reference lengths, :attr:`Workload.small`
-lengths a CPU runs a GPU configuration at in seconds. The tensor contractions' short axes
+matrix-vector stand-ins) so that one build serves any length; :attr:`Workload.lengths`
+gives the reference lengths, :attr:`Workload.small` lengths a CPU runs a GPU
+configuration at in seconds. The tensor contractions' short axes
 are reference-sized in :func:`workloads` and scaled down with ``small=True`` (a 64^5 TTM
 is 1e9 flops: too much for a test of a GPU configuration on a CPU).
 """
