@@ -136,9 +136,6 @@ def _operands(tk: lp.LoopKernel, ops: Mapping[str, Any], decls: Mapping[str, Any
     return tk.copy(instructions=insns)
 
 
-_VLOAD = r"vload(\d+)\(0, {name} \+ (\w+)\)"
-
-
 def _vector_operand(tk: lp.LoopKernel, insn: Any, op: Any, decls: Mapping[str, Any],
                     lengths: Mapping[str, int]) -> Any:
     """The vector load *insn* (:func:`feinsum.toolbox.cvec.vload_clamped`) of operand
@@ -149,40 +146,40 @@ def _vector_operand(tk: lp.LoopKernel, insn: Any, op: Any, decls: Mapping[str, A
     import loopy as lp
     import numpy as np
     from loopy.types import NumpyType
+    from pymbolic.mapper.substitutor import SubstitutionMapper, make_subst_func
 
     from feinsum.spec.formulas import walk
+    from feinsum.toolbox.cvec import ACCESS
 
     name = op.array
-    why = ("the recipe reads the operand in C code (vector loads), and its expression "
-           "reads arrays that are not laid out as the operand at its indices")
-    vload = re.compile(_VLOAD.format(name=re.escape(name)))
+    found = [(w, o) for kind, w, a, o in ACCESS.findall(insn.code)
+             if kind == "vload" and a == name]
     scalar = re.compile(rf"\b{re.escape(name)}\[([^\[\]]*)\]")
-    found = vload.findall(insn.code)
+    tail = scalar.findall(insn.code)
     arg = tk.arg_dict.get(name)
-    if len(found) != 1 or len(scalar.findall(insn.code)) != 1 or not isinstance(
-            arg, lp.ArrayArg):
+    if len(found) != 1 or len(tail) != 1 or not isinstance(arg, lp.ArrayArg):
         raise _NotFused("the recipe reads the operand in C code other than the vector "
                         "loads feinsum can rewrite")
     own = tuple(prim.Variable(a) for a in op.arguments)
     subs = {e: str(getattr(e.aggregate, "name", "")) for e in walk(op.expression)
             if isinstance(e, prim.Subscript)}
+    smap = SubstitutionMapper(make_subst_func(dict(lengths)))
 
     def strides(a: Any) -> list[str]:
-        from pymbolic.mapper.substitutor import SubstitutionMapper, make_subst_func
-
-        smap = SubstitutionMapper(make_subst_func(dict(lengths)))
         return [str(smap(t.stride)) for t in a.dim_tags]
 
+    layout = strides(arg)
     for e, array in subs.items():
         b = decls.get(array)
         if (tuple(e.index_tuple) != own or not isinstance(b, lp.ArrayArg)
-                or b.dtype != arg.dtype or strides(b) != strides(arg)):
-            raise _NotFused(why)
+                or b.dtype != arg.dtype or strides(b) != layout):
+            raise _NotFused("the recipe reads the operand in C code (vector loads), and its "
+                            "expression reads arrays that are not laid out as the operand "
+                            "at its indices")
     npdt = arg.dtype.numpy_dtype if isinstance(arg.dtype, NumpyType) else None
     suffix = "f" if npdt == np.float32 else ""
     values = {a.name for a in tk.args if isinstance(a, lp.ValueArg)}
-    width, off = found[0]
-    (index,) = scalar.findall(insn.code)
+    (width, off), (index,) = found[0], tail
     try:
         vec = _c_text(op.expression, {e: (f"vload{width}(0, {a} + {off})", e)
                                       for e, a in subs.items()}, "", "", suffix, values)
@@ -191,7 +188,11 @@ def _vector_operand(tk: lp.LoopKernel, insn: Any, op: Any, decls: Mapping[str, A
     except _Scalar:
         raise _NotFused("the recipe reads the operand in C code (vector loads), and OpenCL "
                         "C vectors cannot compute its expression") from None
-    code = scalar.sub(lambda _: one, vload.sub(lambda _: vec, insn.code))
+
+    def load(m: re.Match[str]) -> str:
+        return vec if (m.group(1), m.group(3)) == ("vload", name) else m.group(0)
+
+    code = scalar.sub(lambda _: one, ACCESS.sub(load, insn.code))
     reads = set(subs.values()) | _value_args(op.expression, tk)
     return insn.copy(code=code, read_variables=frozenset(insn.read_variables - {name}) | reads)
 

@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pymbolic.primitives as prim
 from loopy.symbolic import WalkMapper
 from pymbolic.mapper.evaluator import EvaluationMapper
@@ -208,13 +207,3 @@ def warp_access(space: str, name: str, write: bool, spans: Sequence[tuple[int, i
     return Access(space, name, write, width,
                   float(max(max(per_bank.values(), default=1), least, insns)), 0.0,
                   instructions=insns)
-
-
-def touched_slice(idx: Any) -> tuple[int | None, ...] | None:
-    """The slice of an array an access at index *idx* touches: per axis the constant
-    index, or None where the index varies (None for all of it: a scalar, an unknown
-    index, or no constant axis)."""
-    if idx is None:
-        return None
-    out = tuple(int(i) if isinstance(i, (int, np.integer)) else None for i in idx)
-    return None if all(i is None for i in out) else out

@@ -12,7 +12,6 @@ and ISL's counting are all it needs.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,7 +24,6 @@ from feinsum.prediction.accesses import (
     Access,
     SubscriptCollector,
     lane_spans,
-    touched_slice,
     warp_access,
     whole_vector,
 )
@@ -33,11 +31,12 @@ from feinsum.prediction.guards import guarded
 from feinsum.prediction.hardware import Hardware
 from feinsum.prediction.ops import OpCounter, Ops
 from feinsum.prediction.reuse import placed_arithmetic
+from feinsum.prediction.traffic import dram_bytes
+from feinsum.toolbox.cvec import ACCESS
 
 #: warp instructions of a copy of an unrolled loop that checks its domain (compare, branch)
 CHECK_INSTRUCTIONS = 2.0
 _FAST_MATH = ("-cl-fast-relaxed-math", "-cl-unsafe-math-optimizations")
-_CVEC = re.compile(r"\b(vload|vstore)(\d+)\((?:[^;]*?,\s*)?0,\s*(\w+)\s*\+\s*(\w+)\)")
 
 
 @dataclass(frozen=True)
@@ -447,7 +446,7 @@ class _Reader:
         found = []
         if isinstance(insn, lp.CInstruction):
             exprs = dict(insn.iname_exprs)
-            for kind, width, arr, off in _CVEC.findall(insn.code):
+            for kind, width, arr, off in ACCESS.findall(insn.code):
                 space, var = self._space(arr)
                 if space is not None:
                     offset = exprs.get(off, prim_variable(off))
@@ -566,42 +565,17 @@ class _Reader:
 
     def _dram_bytes(self, ids: Any = None) -> float:
         """Every global array the statements *ids* (default: all) read, and every one they
-        write, once: with *ids*, only the slices they touch (:meth:`_footprints`)."""
-        import loopy as lp
+        write, once: with *ids*, only the slices they touch
+        (:func:`~feinsum.prediction.traffic.dram_bytes`)."""
+        return dram_bytes(self.knl.instructions, self._accessed, self._global_array, ids)
 
-        read: dict[str, set[Any]] = {}
-        written: dict[str, set[Any]] = {}
-        for insn in self.knl.instructions:
-            if ids is not None and insn.id not in ids:
-                continue
-            accessed = self._accessed(insn)
-            if isinstance(insn, lp.CInstruction):
-                accessed += [(m[2], None) for m in _CVEC.findall(insn.code)]
-            w = set(insn.assignee_var_names())
-            deps = set(insn.read_dependency_names())
-            for name, idx in accessed:
-                slot = touched_slice(idx) if ids is not None else None
-                if name in w:
-                    written.setdefault(name, set()).add(slot)
-                if name not in w or name in deps:
-                    read.setdefault(name, set()).add(slot)
-        return sum(self._footprints(name, slots) for touched in (read, written)
-                   for name, slots in touched.items())
-
-    def _footprints(self, name: str, slots: set[Any]) -> float:
-        """Bytes of the slices *slots* of global array *name* (:func:`_slice`), at most the
-        whole array; 0 for anything else."""
+    def _global_array(self, name: str) -> tuple[list[int], int] | None:
+        """The shape and itemsize of global array *name* (None: not one)."""
         space, var = self._space(name)
         if space != "global" or var.shape is None:
-            return 0.0
-        shape = [self.evaluate(n) for n in var.shape]
-        whole = math.prod(shape)
-        total = 0
-        for slot in slots:
-            if slot is None or len(slot) != len(shape):
-                return float(np.dtype(var.dtype.numpy_dtype).itemsize * whole)
-            total += math.prod(n for n, fixed in zip(shape, slot, strict=True) if fixed is None)
-        return float(np.dtype(var.dtype.numpy_dtype).itemsize * min(total, whole))
+            return None
+        return ([self.evaluate(n) for n in var.shape],
+                np.dtype(var.dtype.numpy_dtype).itemsize)
 
 
 def read_kernel(t_unit: Any, lengths: Mapping[str, int], hw: Hardware) -> KernelStats:

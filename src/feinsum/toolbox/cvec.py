@@ -12,6 +12,7 @@ statement). The private temporaries they touch are single vectors (shape ``(vec,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -20,6 +21,10 @@ import pymbolic.primitives as prim
 
 #: The vector widths OpenCL has ``vloadN``/``vstoreN`` for.
 WIDTHS = (2, 4, 8, 16)
+#: A vector access in the code :func:`vload_clamped` and :func:`vstore` write, read back:
+#: ``(kind, width, array, offset)``, ``kind`` ``"vload"`` or ``"vstore"``, ``offset`` the
+#: name loopy binds the flat offset to.
+ACCESS = re.compile(r"\b(vload|vstore)(\d+)\((?:[^;]*?,\s*)?0,\s*(\w+)\s*\+\s*(\w+)\)")
 
 
 def array_arg(knl: lp.LoopKernel, name: str) -> lp.ArrayArg:
