@@ -37,6 +37,8 @@ CASES = {
     "gpu": (["bench_gpu.py", "--quick", "--budget", "1", "--only", "local", "gaussian",
              "--out", "gpu-out"],
             ["device:", "roofline measured", "local", "gaussian", "fastest peer"]),
+    "matvec": (["bench_matvec.py", "--quick", "--repeat", "1", "--only", "A @ x 4000^2",
+                "A.T @ y 1500^2"], ["| A @ x 4000^2 |", "| A.T @ y 1500^2 |", "before / now"]),
     "kernel_reductions": (["bench_kernel_reductions.py", "--sizes", "1000", "--no-keops",
                            "--only", "nn"], ["feinsum"]),
     "predict_defaults": (["predict_defaults.py", "--family", "dg", "--model", "h200",

@@ -1,11 +1,9 @@
 """generic: every dense batched einsum and reduction (docs/recipe-library.rst).
 
-``vec`` entries of the last output index as vector lanes (toolbox_vec); output index
-``x`` on work-items ``l.0`` (``lx``), groups ``g.0``, ``px`` per work-item (ILP); ``y``
-likewise on ``l.1``; one more on ``g.2``. Main reduction tiled (``rtile``, unrolled) or
-shared by ``rlocal`` work-items (few outputs; on GPUs the matrix-vector shapes:
-toolbox_sharing); short loops unrolled; operand ``c`` staged in local or private memory.
-"""
+``vec`` lanes along the last output index; outputs ``x``, ``y`` on ``l.0``, ``l.1`` (``lx``,
+``ly``; ``px``, ``py`` per work-item, ILP), one more on ``g.2``; main reduction tiled (``rtile``)
+or shared by ``rlocal`` work-items (toolbox_sharing, toolbox_cpu_rows); short loops unrolled;
+operand ``c`` staged in local or private memory."""
 
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ from typing import Any
 
 from feinsum.recipes import Boolean, Choice, Constraint, ParameterSpace, PowersOfTwo, Recipe
 from feinsum.toolbox import core as tb
+from feinsum.toolbox import cpu_rows as tc
 from feinsum.toolbox import sharing as ts
 from feinsum.toolbox import vec as tv
 from feinsum.toolbox.parameters import at_most
@@ -110,11 +109,12 @@ def _default(e: Any, device: Any, lengths: dict[str, int]) -> dict[str, Any]:
         (lx, wi), ly, share = lanes, 1, True  # the matrix-vector shapes on GPUs
     wi = min(wi, most // (lx * ly))
     vec = 1 if share else tv.default_lanes(e, device)  # with 16 x 4 blocks: measured best
+    rows = None if share else tc.cpu_rows(e, device, x, r, lengths)  # CPUs: toolbox_cpu_rows
     return {"x": x, "y": y, "lx": 16 if vec > 1 else lx, "px": 4 if vec > 1 else 1, "ly": ly,
             "py": 1, "rtile": 4 if r and not share else 1, "rlocal": wi if share else 1,
             "unroll_short": True, "slabs": x is not None and not tb.is_fixed(e, x) and lx > 1,
             **tb.BUILD_OPTION_DEFAULTS, **{f"stage{c}": "none" for c in range(e.noperands)},
-            "vec": vec}
+            "vec": vec, **(rows or {})}
 
 
 def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:

@@ -34,7 +34,7 @@ SHAREABLE = ("sum", "max", "min", "logsumexp")
 MIN_STRIDED_TERMS = 16
 MIN_TERMS = 256
 #: Entries from which an operand of fixed lengths is a stream through DRAM, not a small
-#: operator the caches keep (:func:`_streamed`).
+#: operator the caches keep (:func:`streamed`).
 MIN_STREAMED = 1 << 16
 #: Outputs per compute unit below which one output per work-item leaves a GPU idle.
 OUTPUTS_PER_UNIT = 256
@@ -69,7 +69,7 @@ def strided_lanes(terms: int | None) -> tuple[int, int]:
     return max(2, 64 // rlocal), rlocal
 
 
-def _streamed(e: BatchedEinsum, column: int) -> bool:
+def streamed(e: BatchedEinsum, column: int) -> bool:
     """Whether operand *column* is read from DRAM as a stream (a long index, or at least
     :data:`MIN_STREAMED` entries) rather than from the caches (a DG operator: every
     output reads it again)."""
@@ -92,7 +92,7 @@ def shared_lanes(e: BatchedEinsum, device: Any, x: str | None, r: str | None,
         return None
     terms = _length(e, r, lengths)
     strided = any(x in e.in_indices[c] and contiguous_index(e, c) == r
-                  and _streamed(e, c) for c in range(e.noperands))
+                  and streamed(e, c) for c in range(e.noperands))
     if strided and (terms is None or terms >= MIN_STRIDED_TERMS):
         lx, rlocal = strided_lanes(terms)
     else:

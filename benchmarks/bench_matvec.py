@@ -1,0 +1,104 @@
+"""Matrix-vector products and row reductions on the CPU, one process, one run.
+
+    python benchmarks/bench_matvec.py [--quick] [--only NAME ...] [--repeat 7]
+
+For each shape (float64): generic's default before :mod:`feinsum.toolbox.cpu_rows` (one
+output per work-item, the reduction in tiles of 4), generic's default now, and numpy
+(``A @ x``, ``A.T @ y``, ``A.sum(1)``, ``A.max(1)``, each on the same data), each timed by
+its fastest call (:func:`feinsum.measure` for feinsum). The yardstick is numpy's time:
+``feinsum / numpy`` above 1 is slower than numpy. Compare only numbers from one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+from unittest import mock
+
+import numpy as np
+
+import feinsum as fs
+
+
+def shapes(quick: bool) -> dict[str, tuple[str, tuple[int, int], str]]:
+    """name -> (subscripts, matrix shape, reduction)."""
+    k = 4 if quick else 1
+    return {
+        "A @ x 4000^2": ("ij,j->i", (4000 // k, 4000 // k), "sum"),
+        "A @ x 20000 x 500": ("ij,j->i", (20000 // k, 500), "sum"),
+        "A @ x 1e6 x 35": ("ij,j->i", (10**6 // k, 35), "sum"),
+        "A.T @ y 4000^2": ("ji,j->i", (4000 // k, 4000 // k), "sum"),
+        "A.T @ y 1500^2": ("ji,j->i", (1500 // k, 1500 // k), "sum"),
+        "row sums 4000^2": ("ij->i", (4000 // k, 4000 // k), "sum"),
+        "row maxima 4000^2": ("ij->i", (4000 // k, 4000 // k), "max"),
+    }
+
+
+def _numpy(subscripts: str, reduction: str) -> Callable[[Any, Any], Any]:
+    if subscripts == "ij,j->i":
+        return lambda a, v: a @ v
+    if subscripts == "ji,j->i":
+        return lambda a, v: a.T @ v
+    return (lambda a, v: a.sum(1)) if reduction == "sum" else (lambda a, v: a.max(1))
+
+
+def fastest(fn: Callable[[], Any], repeat: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a quarter of each length")
+    parser.add_argument("--only", nargs="*", help="names (see the table)")
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+
+    from feinsum.devices.opencl import device_info, get_device
+
+    device = get_device()
+    info = device_info(device)
+    generic = fs.get_recipe("generic")
+    print(f"device: {info.name} ({'CPU' if info.is_cpu else 'not a CPU'})")
+    print("| shape | before (ms) | now (ms) | numpy (ms) | now / numpy | before / now |")
+    print("|---|---|---|---|---|---|")
+    rng = np.random.default_rng(0)
+    for name, (subs, shape, reduction) in shapes(args.quick).items():
+        if args.only and name not in args.only:
+            continue
+        ops = [fs.array("A", shape, "float64")]
+        if "," in subs:
+            ops.append(fs.array("v", (shape[0] if subs.startswith("ji") else shape[1],),
+                                "float64"))
+        e = fs.einsum(subs, *ops, reduction=reduction)
+        spec, lengths = fs.canonicalize(e), fs.canonical_lengths(e)
+        now = generic.default(spec, info, lengths)
+        with mock.patch("feinsum.toolbox.cpu_rows.cpu_rows", return_value=None):
+            before = generic.default(spec, info, lengths)
+        times = []
+        for p in (before, now):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                m = fs.measure(e, generic, p, device=device, isolate=False,
+                               min_samples=args.repeat)
+            times.append(m.seconds if m.seconds else float("nan"))
+        a = rng.random(shape)
+        v = rng.random(ops[1].shape[0]) if len(ops) > 1 else None
+        ref = _numpy(subs, reduction)
+        t_np = fastest(functools.partial(ref, a, v), args.repeat)
+        t0, t1 = times
+        print(f"| {name} | {t0 * 1e3:.3f} | {t1 * 1e3:.3f} | {t_np * 1e3:.3f} | "
+              f"{t1 / t_np:.2f} | {t0 / t1:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
