@@ -104,7 +104,7 @@ def _default(e: Any, device: Any, lengths: dict[str, int]) -> dict[str, Any]:
     most = min(tb.MAX_WORK_GROUP, device.max_work_group_size, device.max_work_item_sizes[0])
     lx = 1 if x is None else tb.pow2_at_least(e.lengths[x], wi) if tb.is_fixed(e, x) else wi
     ly = 1 if y is None or device.is_cpu else min(4, most // lx)
-    share = r is not None and lx * ly <= 4 and e.reduction not in ("argmin", "argmax")
+    share = r is not None and lx * ly <= 4 and e.reduction in ts.SHAREABLE and not device.is_cpu
     if not share and (lanes := ts.shared_lanes(e, device, x, r, lengths)):
         (lx, wi), ly, share = lanes, 1, True  # the matrix-vector shapes on GPUs
     wi = min(wi, most // (lx * ly))

@@ -3,7 +3,7 @@ largest or smallest entry of a field, a few long rows times a vector): ``G`` wor
 of ``K`` work-items deal the terms, flattened over the reduction indices (``sum``, ``max``
 or ``min``); a tree per work-group and a second kernel combine the partials
 (:mod:`feinsum.toolbox.split`). ``unroll_outputs``: the work-item's loop over the output
-entries unrolled. GPUs only: on a CPU, generic shares a reduction among the cores.
+entries unrolled. GPUs only: on a CPU, generic reduces each output in a work-item's loop.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ GPU_TILE = 256
 
 def _applies(e: Any, device: Any) -> str | None:
     if device.is_cpu:
-        return "a GPU schedule (on CPUs generic shares the reduction among the cores)"
+        return "a GPU schedule (on CPUs generic reduces each output in a work-item's loop)"
     return ts.split_reason(e)
 
 

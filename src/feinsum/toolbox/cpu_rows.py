@@ -17,7 +17,10 @@ it, and each core waits on one chain of dependent additions:
   a matrix the caches hold keeps the default (1000 x 1000: 0.25 against 0.29 ms).
 
 Both keep IEEE arithmetic (no ``fast_math``): the sums are added in the order of the
-reference kernel's loop, per output.
+reference kernel's loop, per output. For the same reason generic's CPU default never
+shares a reduction among a group's work-items (its ``rlocal``): PoCL runs a work-group on
+one core, and work-items sharing a reduction read its terms interleaved (a dot product of
+1e7 float64 took 135 ms shared, 11 ms in one work-item's loop).
 """
 
 from __future__ import annotations
