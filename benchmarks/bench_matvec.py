@@ -1,12 +1,16 @@
-"""Matrix-vector products and row reductions on the CPU, one process, one run.
+"""Matrix-vector products, row reductions and long sums on the CPU, one process, one run.
 
     python benchmarks/bench_matvec.py [--quick] [--only NAME ...] [--repeat 7]
 
-For each shape (float64): generic's default before :mod:`feinsum.toolbox.cpu_rows` (one
-output per work-item, the reduction in tiles of 4), generic's default now, and numpy
-(``A @ x``, ``A.T @ y``, ``A.sum(1)``, ``A.max(1)``, each on the same data), each timed by
-its fastest call (:func:`feinsum.measure` for feinsum). The yardstick is numpy's time:
-``feinsum / numpy`` above 1 is slower than numpy. Compare only numbers from one run.
+For each shape (float64): feinsum's default until 2026-11-27 (*before*: for the products
+and row reductions generic's default without :mod:`feinsum.toolbox.cpu_rows`, one output
+per work-item and the reduction in tiles of 4; for the long sums generic's, the reduction
+shared among 64 work-items of one group), the recipe the hook takes now with its default
+(*now*: generic for the products and row reductions, split_reduction for the sums), and
+numpy (``A @ x``, ``A.T @ y``, ``A.sum(1)``, ``A.max(1)``, ``x @ y``, ``x.sum()``, on the
+same data), each timed by its fastest call (:func:`feinsum.measure` for feinsum). The
+yardstick is numpy's time: ``now / numpy`` above 1 is slower than numpy. Compare only
+numbers from one run.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import functools
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 from unittest import mock
 
 import numpy as np
@@ -35,10 +39,16 @@ def shapes(quick: bool) -> dict[str, tuple[str, tuple[int, int], str]]:
         "A.T @ y 1500^2": ("ji,j->i", (1500 // k, 1500 // k), "sum"),
         "row sums 4000^2": ("ij->i", (4000 // k, 4000 // k), "sum"),
         "row maxima 4000^2": ("ij->i", (4000 // k, 4000 // k), "max"),
+        "dot 1e7": ("j,j->", (1, 10**7 // k), "sum"),
+        "sum 1e7": ("j->", (1, 10**7 // k), "sum"),
     }
 
 
 def _numpy(subscripts: str, reduction: str) -> Callable[[Any, Any], Any]:
+    if subscripts == "j,j->":
+        return lambda a, v: a @ v
+    if subscripts == "j->":
+        return lambda a, v: a.sum()
     if subscripts == "ij,j->i":
         return lambda a, v: a @ v
     if subscripts == "ji,j->i":
@@ -67,7 +77,7 @@ def main() -> None:
 
     device = get_device()
     info = device_info(device)
-    generic = fs.get_recipe("generic")
+    generic, split = fs.get_recipe("generic"), fs.get_recipe("split_reduction")
     print(f"device: {info.name} ({'CPU' if info.is_cpu else 'not a CPU'})")
     print("| shape | before (ms) | now (ms) | numpy (ms) | now / numpy | before / now |")
     print("|---|---|---|---|---|---|")
@@ -75,24 +85,30 @@ def main() -> None:
     for name, (subs, shape, reduction) in shapes(args.quick).items():
         if args.only and name not in args.only:
             continue
-        ops = [fs.array("A", shape, "float64")]
+        long_sum = subs.endswith("->")
+        ops = [fs.array("A", shape[1:] if long_sum else shape, "float64")]
         if "," in subs:
             ops.append(fs.array("v", (shape[0] if subs.startswith("ji") else shape[1],),
                                 "float64"))
         e = fs.einsum(subs, *ops, reduction=reduction)
         spec, lengths = fs.canonicalize(e), fs.canonical_lengths(e)
-        now = generic.default(spec, info, lengths)
-        with mock.patch("feinsum.toolbox.cpu_rows.cpu_rows", return_value=None):
-            before = generic.default(spec, info, lengths)
+        if long_sum:
+            now_recipe = split
+            before = {**generic.default(spec, info, lengths), "rlocal": 64, "rtile": 1}
+        else:
+            now_recipe = generic
+            with mock.patch("feinsum.toolbox.cpu_rows.cpu_rows", return_value=None):
+                before = generic.default(spec, info, lengths)
         times = []
-        for p in (before, now):
+        for recipe, p in ((generic, before), (now_recipe, now_recipe.default(
+                spec, info, lengths))):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                m = fs.measure(e, generic, p, device=device, isolate=False,
+                m = fs.measure(e, recipe, p, device=device, isolate=False,
                                min_samples=args.repeat)
             times.append(m.seconds if m.seconds else float("nan"))
-        a = rng.random(shape)
-        v = rng.random(ops[1].shape[0]) if len(ops) > 1 else None
+        a = rng.random(shape[1:] if long_sum else shape)
+        v = rng.random(cast(Any, ops[1].shape)[0]) if len(ops) > 1 else None
         ref = _numpy(subs, reduction)
         t_np = fastest(functools.partial(ref, a, v), args.repeat)
         t0, t1 = times

@@ -104,13 +104,68 @@ def test_where_it_does_not_apply(spec: fs.BatchedEinsum, why: str) -> None:
 
 
 @pytest.mark.parametrize("reduction", ["argmax", "logsumexp"])
-def test_not_on_cpus_nor_for_other_reductions(reduction: str, cl_device: Any) -> None:
-    from feinsum.devices.opencl import device_info
-
-    dot = canonicalize(specs()["dot"])
-    assert "GPU" in str(recipe().applies(dot, device_info(cl_device)))
+def test_not_for_other_reductions(reduction: str) -> None:
     other = canonicalize(fs.einsum("j->", fs.array("x", ("N",)), reduction=reduction))
     assert "sum, max, min only" in str(recipe().applies(other, MODELS["h200"].info))
+
+
+CPU_SUMS = ("dot", "inner", "fixed", "batched")
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("rows", "output indices"), ("columns", "output indices"), ("two_outputs", "output"),
+    ("complex", "float32 or float64"), ("min", "sums only"), ("max_of_formula", "sums only"),
+    ("squares", "a formula"), ("vector_squares", "a formula")])
+def test_on_cpus_long_sums_of_plain_arrays_into_one_value(name: str, why: str,
+                                                          cl_device: Any) -> None:
+    from feinsum.devices.opencl import device_info
+
+    info = device_info(cl_device)
+    for ok in CPU_SUMS:
+        assert recipe().applies(canonicalize(specs()[ok]), info) is None, ok
+    reason = recipe().applies(canonicalize(specs()[name]), info)
+    assert reason is not None and why in reason, reason
+    fortran = fs.einsum("ij,ij->", fs.array("A", ("E", 35), order="F"),
+                        fs.array("B", ("E", 35), order="F"))
+    assert "consecutive addresses" in str(recipe().applies(canonicalize(fortran), info))
+
+
+def test_cpu_defaults_and_random_configurations_are_correct(cl_queue: Any) -> None:
+    """The CPU kernel (chunks of whole vectors per work-group, a second kernel for the
+    partials and the last terms): defaults at lengths below one vector, at one, and past
+    every chunk; random configurations of its space."""
+    from feinsum.devices.opencl import device_info
+    from feinsum.recipes.testing import (
+        assert_all_ok,
+        check_configuration,
+        check_random_configurations,
+    )
+
+    info = device_info(cl_queue.device)
+    every = [canonicalize(specs()[n]) for n in CPU_SUMS]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for e in every:
+            p = recipe().default(e, info)
+            assert set(p) == {"G", "blocks", "vec"}, p
+            runs = [{str(s): n for s in e.length_symbols} for n in (1, 7, 8, 4099, 100_003)]
+            assert check_configuration(recipe(), e, p, runs, cl_queue) is None, e
+        assert_all_ok(check_random_configurations(recipe(), every, cl_queue, n=12, seed=3))
+
+
+def test_cpu_kernel_reads_whole_vectors() -> None:
+    """Two device kernels; every operand read with ``vloadN`` in the first."""
+    from feinsum.devices.opencl import device_info, get_device
+    from feinsum.lowering.kernel import generate_loopy
+
+    info = device_info(get_device())
+    if not info.is_cpu:
+        pytest.skip("the tests' OpenCL device is not a CPU")
+    e = canonicalize(specs()["dot"])
+    code = lp.generate_code_v2(recipe().apply(
+        generate_loopy(e), {"G": 4, "blocks": 2, "vec": 8}, e, info)).device_code()
+    assert code.count("__kernel") == 2
+    assert code.count("vload8(") == 4  # 2 operands x 2 blocks
 
 
 def test_kernel_reductions_of_few_rows_stay_with_the_2d_scheme() -> None:

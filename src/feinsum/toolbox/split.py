@@ -89,7 +89,7 @@ def _length(e: BatchedEinsum, i: str) -> Any:
     return n if isinstance(n, int) else prim.Variable(str(n))
 
 
-def _flat_values(e: BatchedEinsum, f: Any) -> dict[str, Any]:
+def flat_values(e: BatchedEinsum, f: Any) -> dict[str, Any]:
     """Each reduction index as a function of the flat index *f* (C order)."""
     red = e.reduction_indices
     out = {}
@@ -115,7 +115,7 @@ def split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, K: int, G: int,
     syms = sorted({str(e.lengths[i]) for i in e.reduction_indices if not is_fixed(e, i)})
     params = f"[{', '.join(syms)}] -> " if syms else ""
     f = (prim.Variable("rt") * G + prim.Variable("rg")) * K + prim.Variable("rl")
-    flat = _flat_values(e, f)
+    flat = flat_values(e, f)
     sweep = {i: prim.Variable(f"{i}_p") for i in outs}
     final = {i: prim.Variable(f"{i}_f") for i in outs}
     lanes = min(G, K)
@@ -138,7 +138,7 @@ def split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, K: int, G: int,
         if e.reduction == "sum":  # a term past the end adds zero, without a load
             guarded = prim.If(inside, substitute(red.expr, values), dt.type(0))
         else:  # min and max are idempotent: a term past the end repeats the last
-            last = {**_flat_values(e, prim.If(inside, f, total - 1)), **sweep}
+            last = {**flat_values(e, prim.If(inside, f, total - 1)), **sweep}
             guarded = substitute(red.expr, last)
         name = f"part{r}"
         temps.append(lp.TemporaryVariable(
