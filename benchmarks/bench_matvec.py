@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-import time
+import timeit
 import warnings
 from collections.abc import Callable
 from typing import Any, cast
@@ -58,12 +58,7 @@ def _numpy(subscripts: str, reduction: str) -> Callable[[Any, Any], Any]:
 
 def fastest(fn: Callable[[], Any], repeat: int) -> float:
     fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return min(timeit.repeat(fn, number=1, repeat=repeat))
 
 
 def main() -> None:

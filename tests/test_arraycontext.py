@@ -32,6 +32,18 @@ def require_arraycontext() -> None:
         pytest.skip(why)
 
 
+def run_one_group(actx: Any, fn: Any, *host: np.ndarray, recipe: str = "generic"
+                  ) -> tuple[np.ndarray, Any]:
+    """*fn* of the arrays *host*, compiled by *actx* (feinsum's lazy context): its result
+    and the report's one group, which *recipe*'s default must have made."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = actx.to_numpy(actx.compile(fn)(*(actx.from_numpy(h) for h in host)))
+    report = actx.feinsum_last_report
+    assert [(g.recipe, g.action) for g in report.groups] == [(recipe, "default")], str(report)
+    return got, report.groups[0]
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _arraycontext() -> None:
     require_arraycontext()
@@ -427,14 +439,8 @@ def test_matrix_vector_products_for_a_gpu_model(name: str) -> None:
     }
     fn, shape, ref = programs[name]
     a, v = rng.random(shape), rng.random(shape[0] if name == "A.T @ y" else shape[1])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = actx.to_numpy(actx.compile(fn)(actx.from_numpy(a), actx.from_numpy(v)))
-    report = actx.feinsum_last_report
-    assert [(g.recipe, g.action) for g in report.groups] == [("generic", "default")], str(
-        report)
-    (group,) = report.groups
-    assert group.params is not None and group.params["rlocal"] > 1, str(report)
+    got, group = run_one_group(actx, fn, a, v)
+    assert group.params is not None and group.params["rlocal"] > 1, group
     np.testing.assert_allclose(got, ref(a, v), rtol=1e-12)
 
 

@@ -7,11 +7,12 @@ share a reduction, and pytato's dot products, sums, norms and maxima under the h
 from __future__ import annotations
 
 import functools
-import warnings
 from typing import Any
 
 import numpy as np
 import pytest
+from test_arraycontext import require_arraycontext, run_one_group
+from test_toolbox_sharing import _spec
 
 import feinsum as fs
 from feinsum.devices.models import MODELS
@@ -34,13 +35,6 @@ def cpu() -> Any:
     if not info.is_cpu:
         pytest.skip("the tests' OpenCL device is not a CPU")
     return info
-
-
-def _spec(subscripts: str, *shapes: tuple[Any, ...], dtype: str = "float64",
-          order: str = "C", **kw: Any) -> fs.BatchedEinsum:
-    arrays = [fs.array(f"a{k}", s, dtype, order=order if len(s) > 1 else "C")
-              for k, s in enumerate(shapes)]
-    return canonicalize(fs.einsum(subscripts, *arrays, **kw))
 
 
 def _rows(e: fs.BatchedEinsum, device: Any = None, **lengths: int) -> Any:
@@ -138,6 +132,7 @@ def test_matrix_vector_products_under_the_hook(name: str) -> None:
     """pytato's ``A @ x`` and ``A.T @ y`` of a matrix beyond the caches (1500 x 1500
     float64, 18 MB) on the CPU device: the hook takes generic's default, which is the
     layout of toolbox_cpu_rows, and the results are numpy's."""
+    require_arraycontext()
     from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
     from feinsum.devices.opencl import get_device, get_queue
 
@@ -147,16 +142,9 @@ def test_matrix_vector_products_under_the_hook(name: str) -> None:
     a, v = rng.random((1500, 1500)), rng.random(1500)
     fn = (lambda m, w: m @ w) if name == "A @ x" else (
         lambda m, w: actx.einsum("ji,j->i", m, w))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = actx.to_numpy(actx.compile(fn)(actx.from_numpy(a), actx.from_numpy(v)))
-    report = actx.feinsum_last_report
-    assert [(g.recipe, g.action) for g in report.groups] == [("generic", "default")], str(
-        report)
-    (group,) = report.groups
-    assert group.params is not None, str(report)
+    got, group = run_one_group(actx, fn, a, v)
     want = TWO_CHAINS if name == "A @ x" else {"rtile": tc.STAGED_TILE, "vec": 1}
-    assert {k: group.params[k] for k in want} == want, str(report)
+    assert {k: group.params[k] for k in want} == want, group
     np.testing.assert_allclose(got, a @ v if name == "A @ x" else a.T @ v, rtol=1e-12)
 
 
@@ -178,6 +166,7 @@ def test_long_reductions_under_the_hook_on_a_cpu(name: str) -> None:
     CPU device: split_reduction's vector chunks for the sums of plain arrays, generic's
     default (each output reduced in one work-item's loop) for the others; numpy's
     results."""
+    require_arraycontext()
     from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
     from feinsum.devices.opencl import get_device, get_queue
 
@@ -190,12 +179,7 @@ def test_long_reductions_under_the_hook_on_a_cpu(name: str) -> None:
            "norm": (lambda x, y: actx.np.linalg.norm(x), np.linalg.norm(a)),
            "max": (lambda x, y: actx.np.max(x), a.max())}
     fn, want = fns[name]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = actx.to_numpy(actx.compile(fn)(actx.from_numpy(a), actx.from_numpy(b)))
-    report = actx.feinsum_last_report
-    (group,) = report.groups
     recipe = "split_reduction" if name in ("vdot", "sum") else "generic"
-    assert (group.recipe, group.action) == (recipe, "default"), str(report)
-    assert group.params is not None and group.params.get("rlocal", 1) == 1, str(report)
+    got, group = run_one_group(actx, fn, a, b, recipe=recipe)
+    assert group.params.get("rlocal", 1) == 1, group
     np.testing.assert_allclose(got, want, rtol=1e-10)
