@@ -7,10 +7,10 @@ and row reductions generic's default without :mod:`feinsum.toolbox.cpu_rows`, on
 per work-item and the reduction in tiles of 4; for the long sums generic's, the reduction
 shared among 64 work-items of one group), the recipe the hook takes now with its default
 (*now*: generic for the products and row reductions, split_reduction for the sums), and
-numpy (``A @ x``, ``A.T @ y``, ``A.sum(1)``, ``A.max(1)``, ``x @ y``, ``x.sum()``, on the
-same data), each timed by its fastest call (:func:`feinsum.measure` for feinsum). The
-yardstick is numpy's time: ``now / numpy`` above 1 is slower than numpy. Compare only
-numbers from one run.
+numpy (``A @ x``, ``A.T @ y``, ``A.sum(1)``, ``A.max(1)``, ``x @ y``, ``x.sum()``,
+``x @ x`` for the squared norm ``sum(abs(x)**2)``, on the same data), each timed by its
+fastest call (:func:`feinsum.measure` for feinsum). The yardstick is numpy's time:
+``now / numpy`` above 1 is slower than numpy. Compare only numbers from one run.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ def shapes(quick: bool) -> dict[str, tuple[str, tuple[int, int], str]]:
         "row maxima 4000^2": ("ij->i", (4000 // k, 4000 // k), "max"),
         "dot 1e7": ("j,j->", (1, 10**7 // k), "sum"),
         "sum 1e7": ("j->", (1, 10**7 // k), "sum"),
+        "squared norm 1e7": ("j->", (1, 10**7 // k), "abs(x)**2"),
     }
 
 
@@ -48,7 +49,7 @@ def _numpy(subscripts: str, reduction: str) -> Callable[[Any, Any], Any]:
     if subscripts == "j,j->":
         return lambda a, v: a @ v
     if subscripts == "j->":
-        return lambda a, v: a.sum()
+        return (lambda a, v: a.sum()) if reduction == "sum" else (lambda a, v: a @ a)
     if subscripts == "ij,j->i":
         return lambda a, v: a @ v
     if subscripts == "ji,j->i":
@@ -85,7 +86,9 @@ def main() -> None:
         if "," in subs:
             ops.append(fs.array("v", (shape[0] if subs.startswith("ji") else shape[1],),
                                 "float64"))
-        e = fs.einsum(subs, *ops, reduction=reduction)
+        if reduction == "abs(x)**2":  # a formula operand, as pytato's norms write it
+            ops = [fs.formula("sq", "j", "abs(x[j])**2", [fs.array("x", shape[1:], "float64")])]
+        e = fs.einsum(subs, *ops, reduction="sum" if reduction == "abs(x)**2" else reduction)
         spec, lengths = fs.canonicalize(e), fs.canonical_lengths(e)
         if long_sum:
             now_recipe = split

@@ -109,13 +109,13 @@ def test_not_for_other_reductions(reduction: str) -> None:
     assert "sum, max, min only" in str(recipe().applies(other, MODELS["h200"].info))
 
 
-CPU_SUMS = ("dot", "inner", "fixed", "batched")
+CPU_SUMS = ("dot", "inner", "fixed", "batched", "squares")
 
 
 @pytest.mark.parametrize(("name", "why"), [
     ("rows", "output indices"), ("columns", "output indices"), ("two_outputs", "output"),
     ("complex", "float32 or float64"), ("min", "sums only"), ("max_of_formula", "sums only"),
-    ("squares", "a formula"), ("vector_squares", "a formula")])
+    ("vector_squares", "a reduction inside the term")])
 def test_on_cpus_long_sums_of_plain_arrays_into_one_value(name: str, why: str,
                                                           cl_device: Any) -> None:
     from feinsum.devices.opencl import device_info
@@ -127,13 +127,18 @@ def test_on_cpus_long_sums_of_plain_arrays_into_one_value(name: str, why: str,
     assert reason is not None and why in reason, reason
     fortran = fs.einsum("ij,ij->", fs.array("A", ("E", 35), order="F"),
                         fs.array("B", ("E", 35), order="F"))
-    assert "consecutive addresses" in str(recipe().applies(canonicalize(fortran), info))
+    assert "not stored in C order" in str(recipe().applies(canonicalize(fortran), info))
+    transposed = fs.einsum("ej->", fs.formula("t", "ej", "2*w[j, e]", [
+        fs.array("w", (7, "E"), "float64")]))
+    assert "not an array read at the reduction indices" in str(
+        recipe().applies(canonicalize(transposed), info))
 
 
 def test_cpu_defaults_and_random_configurations_are_correct(cl_queue: Any) -> None:
     """The CPU kernel (chunks of whole vectors per work-group, a second kernel for the
     partials and the last terms): defaults at lengths below one vector, at one, and past
-    every chunk; random configurations of its space."""
+    every chunk, a formula operand (``abs(w)**2``, computed on the vectors) among them;
+    random configurations of its space."""
     from feinsum.devices.opencl import device_info
     from feinsum.recipes.testing import (
         assert_all_ok,

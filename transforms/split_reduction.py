@@ -6,7 +6,8 @@ indices (``sum``, ``max`` or ``min``); a tree per work-group and a second kernel
 the partials (:mod:`feinsum.toolbox.split`). ``unroll_outputs``: the work-item's loop over
 the output entries unrolled.
 
-CPUs, a long sum into one value per row: ``G`` work-groups of one work-item sum contiguous
+CPUs, a long sum into one value per row (of arrays read at consecutive addresses, and
+formulas of them): ``G`` work-groups of one work-item sum contiguous
 chunks of whole OpenCL vectors of ``vec`` terms, ``blocks`` vector accumulators each; a
 second kernel adds the partials and the last terms (:mod:`feinsum.toolbox.split_cpu`).
 """

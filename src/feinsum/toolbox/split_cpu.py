@@ -2,7 +2,8 @@
 whole OpenCL vectors and summed in vector registers.
 
 A dot product (``j,j->``), the sum of a field (``ej->``), an inner product of fields
-(``ej,ej->``). PoCL runs each work-group on one core and vectorizes a work-group's loop over
+(``ej,ej->``), a squared norm (``ej->`` of ``abs(u)**2``: formula operands are computed on
+the vectors). PoCL runs each work-group on one core and vectorizes a work-group's loop over
 its work-items only where no loop runs inside it, so a sum reduced in one work-item's loop
 waits on one chain of scalar additions (a dot product of 1e7 float64: 11 ms on this
 project's 2 cores, numpy 4.5 ms). :func:`cpu_split_kernel` deals the terms to ``G``
@@ -19,18 +20,19 @@ sum by rounding only.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, cast
 
 import loopy as lp
 import numpy as np
 import pymbolic.primitives as prim
-from loopy.symbolic import Reduction
+from loopy.symbolic import IdentityMapper, Reduction, SubstitutionMapper
+from pymbolic.mapper.substitutor import make_subst_func
 
-from feinsum.spec.model import Array, BatchedEinsum
+from feinsum.spec.model import Array, BatchedEinsum, Formula
 from feinsum.toolbox import cvec
 from feinsum.toolbox.core import kernel_of
 from feinsum.toolbox.dense import rewritten_kernel, subscript
-from feinsum.toolbox.sharing import contiguous_index
 from feinsum.toolbox.split import flat_values, split_reason
 
 
@@ -44,17 +46,80 @@ def cpu_split_reason(e: BatchedEinsum) -> str | None:
         return "output indices: one value per row only"
     if any(np.dtype(e.value_dtype(r)) not in (np.float32, np.float64) for r in range(e.nrows)):
         return "the values are not float32 or float64 (OpenCL vectors of real floats only)"
+    terms = vector_terms(e)
+    return terms if isinstance(terms, str) else None
+
+
+@functools.lru_cache(maxsize=256)
+def vector_terms(e: BatchedEinsum) -> list[tuple[Any, tuple[str, ...]]] | str:
+    """Per row, the term of the reference kernel with each array it reads replaced by
+    ``name[ev]`` (a lane of a vector loaded from array ``name``), and the arrays; or why
+    a term reads something else than the value-typed arrays of the einsum, stored in C
+    order, at exactly the reduction indices (a feature reduction inside a formula, a
+    shifted or another index, another dtype)."""
+    from feinsum.lowering.kernel import generate_loopy
+
+    knl = kernel_of(generate_loopy(e))
+    rules = knl.substitutions
     red = tuple(e.reduction_indices)
-    for c in range(e.noperands):
-        if any(not isinstance(f, Array) or f.dtype != e.value_dtype(r)
-               for r, row in enumerate(e.arguments) for f in row[c]) or any(
-                   len(row[c]) != 1 for row in e.arguments):
-            return (f"operand {c} is not one array of the value type in every row "
-                    "(a formula, a product or another dtype)")
-        if e.in_indices[c] != red or contiguous_index(e, c) != red[-1]:
-            return (f"operand {c} is not read at consecutive addresses over all the "
-                    f"terms (it needs the indices {' '.join(red)} in C order)")
-    return None
+    out = []
+    for r in range(e.nrows):
+        arrays: dict[str, None] = {}
+        factors: list[Any] = []
+        for c in range(e.noperands):
+            expr: Any = prim.Variable(f"op{c}_r{r}")(*(prim.Variable(i) for i in red))
+            while isinstance(expr, prim.Call) and cast(Any, expr.function).name in rules:
+                rule = rules[cast(Any, expr.function).name]  # an operand's, a formula's
+                expr = _substitute(rule.expression, dict(zip(
+                    rule.arguments, expr.parameters, strict=True)))
+            found = _ArrayReads(red)
+            try:
+                factors.append(found(expr))
+            except ValueError as exc:
+                return f"operand {c}: {exc}"
+            for name in found.names:
+                arg = knl.arg_dict[name]
+                if not isinstance(arg, lp.ArrayArg) or arg.dtype is None or (
+                        arg.dtype.numpy_dtype != np.dtype(e.value_dtype(r))):
+                    return f"operand {c} reads {name}, which is not of the value type"
+                arrays[name] = None
+        if any(len(a.shape) > 1 and a.order != "C" for a in _arrays(e) if a.name in arrays):
+            return (f"an array is not stored in C order: the terms (indices "
+                    f"{' '.join(red)}) are not at consecutive addresses")
+        out.append((prim.Product(tuple(factors)) if len(factors) > 1 else factors[0],
+                    tuple(arrays)))
+    return out
+
+
+def _substitute(expr: Any, values: dict[str, Any]) -> Any:
+    """*expr* with the variables named in *values* replaced (loopy's reductions too)."""
+    return SubstitutionMapper(make_subst_func(values))(expr)
+
+
+def _arrays(e: BatchedEinsum) -> list[Array]:
+    """Every array the einsum reads, inside formulas too."""
+    return [a for row in e.arguments for col in row for f in col
+            for a in ((f,) if isinstance(f, Array) else cast(Formula, f).arrays)]
+
+
+class _ArrayReads(IdentityMapper):  # type: ignore[misc]
+    """An expression with each ``a[reduction indices]`` replaced by ``a[ev]``; raises
+    ValueError at any other subscript or a reduction."""
+
+    def __init__(self, red: tuple[str, ...]) -> None:
+        super().__init__()
+        self.red, self.names = red, list[str]()
+
+    def map_subscript(self, x: prim.Subscript) -> Any:
+        if tuple(str(i) for i in x.index_tuple) != self.red or not isinstance(
+                x.aggregate, prim.Variable):
+            raise ValueError(f"{x} is not an array read at the reduction indices "
+                             f"{', '.join(self.red)}")
+        self.names.append(x.aggregate.name)
+        return prim.Subscript(prim.Variable(f"vec_{x.aggregate.name}"), (prim.Variable("ev"),))
+
+    def map_reduction(self, x: Any) -> Any:
+        raise ValueError("a reduction inside the term (a formula's feature index)")
 
 
 def _total(e: BatchedEinsum) -> Any:
@@ -97,25 +162,25 @@ def cpu_split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, groups: int, 
         insns.append(lp.Assignment(subscript(acc, prim.Variable("ib"), ev), dt.type(0),
                                    id=f"init{r}", within_inames=frozenset({"rg", "ib", "ev"})))
         updates = []
+        template, arrays = cast(list[Any], vector_terms(e))[r]
         for b in range(B):  # statements of their own: the loads bind C names per copy
             start = (rg * chunk + rt * B + b) * V
-            loads, vectors = [], []
-            for c in range(e.noperands):
-                rule = cast(Any, knl.substitutions[f"op{c}_r{r}"].expression)
-                arg = cvec.array_arg(knl, rule.aggregate.name)
-                name = f"v{r}_{c}_{b}"
-                temps.append(lp.TemporaryVariable(name, dt, shape=(V,), dim_tags=cast(Any, "vec")))
+            loads, names = [], {}
+            for name in arrays:
+                arg = cvec.array_arg(knl, name)
+                names[f"vec_{name}"] = prim.Variable(f"v{r}_{name}_{b}")
+                temps.append(lp.TemporaryVariable(names[f"vec_{name}"].name, dt, shape=(V,),
+                                                  dim_tags=cast(Any, "vec")))
                 idx = [0] * (len(cast(Any, arg.shape)) - 1) + [start]  # C order: flat offset
-                loads.append(f"load{r}_{c}_{b}")
-                insns.append(cvec.vload_clamped(arg, idx, start, total, name, V, ctype,
+                loads.append(f"load{r}_{name}_{b}")
+                insns.append(cvec.vload_clamped(arg, idx, start, total,
+                                                names[f"vec_{name}"].name, V, ctype,
                                                 id=loads[-1], within=sweep))
-                vectors.append(subscript(name, ev))
             cell = subscript(acc, b, ev)
-            term = prim.Product(tuple(vectors)) if len(vectors) > 1 else vectors[0]
             updates.append(f"upd{r}_{b}")
             insns.append(lp.Assignment(
-                cell, cell + term, id=updates[-1], depends_on=frozenset({f"init{r}", *loads}),
-                within_inames=sweep | {"ev"},
+                cell, cell + _substitute(template, names), id=updates[-1],
+                depends_on=frozenset({f"init{r}", *loads}), within_inames=sweep | {"ev"},
                 predicates=frozenset({cast(Any, prim.Comparison(start, "<=", total - V))})))
         terms = prim.Product(tuple(prim.Variable(f"op{c}_r{r}")(*_flat(e, prim.Variable("ts")))
                                    for c in range(e.noperands)))
