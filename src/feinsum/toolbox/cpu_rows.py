@@ -30,7 +30,7 @@ from typing import Any
 
 from feinsum.spec.model import BatchedEinsum
 from feinsum.toolbox.core import dtype_size
-from feinsum.toolbox.sharing import SHAREABLE, contiguous_index, streamed
+from feinsum.toolbox.sharing import SHAREABLE, contiguous_index, known_length, streamed
 
 #: Terms of a row read along the matrix's contiguous index from which two outputs per
 #: work-item pay (measured: 35 lost, 50 and more gained).
@@ -46,11 +46,6 @@ MIN_STAGED_BYTES = 16 << 20
 STAGED_ITEMS, STAGED_TILE = 256, 16
 
 
-def _length(e: BatchedEinsum, index: str, lengths: Mapping[str, int]) -> int | None:
-    n = e.lengths[index]
-    return n if isinstance(n, int) else lengths.get(str(n))
-
-
 def cpu_rows(e: BatchedEinsum, device: Any, x: str | None, r: str | None,
              lengths: Mapping[str, int]) -> dict[str, Any] | None:
     """generic's parameters that differ from its default on a CPU for a matrix-vector
@@ -58,7 +53,7 @@ def cpu_rows(e: BatchedEinsum, device: Any, x: str | None, r: str | None,
     stands. *lengths*: the values of the length symbols where known."""
     if not device.is_cpu or x is None or r is None or e.reduction not in SHAREABLE:
         return None
-    terms = _length(e, r, lengths)
+    terms = known_length(e, r, lengths)
     if any(x in e.in_indices[c] and contiguous_index(e, c) == r and streamed(e, c)
            for c in range(e.noperands)):
         return {"px": 2, "rtile": 1} if terms is None or terms >= MIN_ROW_TERMS else None
@@ -66,7 +61,7 @@ def cpu_rows(e: BatchedEinsum, device: Any, x: str | None, r: str | None,
                and contiguous_index(e, c) == r]
     rows = any(x in e.in_indices[c] and contiguous_index(e, c) == x and r in e.in_indices[c]
                and streamed(e, c) for c in range(e.noperands))
-    n = _length(e, x, lengths)
+    n = known_length(e, x, lengths)
     if not (vectors and rows and terms is not None and terms >= MIN_STAGED_TERMS
             and n is not None and n * terms * e.nrows * dtype_size(e) >= MIN_STAGED_BYTES):
         return None  # (an unknown length might make a loop of 2 tiles)

@@ -78,7 +78,8 @@ def streamed(e: BatchedEinsum, column: int) -> bool:
     return len(fixed) < len(n) or math.prod(fixed) >= MIN_STREAMED
 
 
-def _length(e: BatchedEinsum, index: str, lengths: Mapping[str, int]) -> int | None:
+def known_length(e: BatchedEinsum, index: str, lengths: Mapping[str, int]) -> int | None:
+    """The length of *index*: fixed, or its symbol's value in *lengths* (None: unknown)."""
     n = e.lengths[index]
     return n if isinstance(n, int) else lengths.get(str(n))
 
@@ -90,13 +91,13 @@ def shared_lanes(e: BatchedEinsum, device: Any, x: str | None, r: str | None,
     *lengths*: the values of the length symbols where known (an unknown one is long)."""
     if device.is_cpu or x is None or r is None or e.reduction not in SHAREABLE:
         return None
-    terms = _length(e, r, lengths)
+    terms = known_length(e, r, lengths)
     strided = any(x in e.in_indices[c] and contiguous_index(e, c) == r
                   and streamed(e, c) for c in range(e.noperands))
     if strided and (terms is None or terms >= MIN_STRIDED_TERMS):
         lx, rlocal = strided_lanes(terms)
     else:
-        outputs = [_length(e, i, lengths) for i in e.out_indices]
+        outputs = [known_length(e, i, lengths) for i in e.out_indices]
         few = None not in outputs and (math.prod(n for n in outputs if n is not None)
                                        * e.nrows < OUTPUTS_PER_UNIT * max(1, device.compute_units))
         if strided or not few or (terms is not None and terms < MIN_TERMS):

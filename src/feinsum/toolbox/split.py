@@ -111,7 +111,7 @@ def split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, K: int, G: int,
     knl = kernel_of(t_unit)
     rows = [i for i in knl.instructions if isinstance(i, lp.Assignment)]
     outs = list(e.out_indices)
-    total = _total_expr(e)
+    total = total_terms(e)
     syms = sorted({str(e.lengths[i]) for i in e.reduction_indices if not is_fixed(e, i)})
     params = f"[{', '.join(syms)}] -> " if syms else ""
     f = (prim.Variable("rt") * G + prim.Variable("rg")) * K + prim.Variable("rl")
@@ -182,7 +182,7 @@ def _feature_domains(knl: lp.LoopKernel, e: BatchedEinsum) -> list[Any]:
     return out
 
 
-def _total_expr(e: BatchedEinsum) -> Any:
+def total_terms(e: BatchedEinsum) -> Any:
     """The number of terms: the product of the reduction lengths."""
     total: Any = 1
     for i in e.reduction_indices:

@@ -29,11 +29,11 @@ import pymbolic.primitives as prim
 from loopy.symbolic import IdentityMapper, Reduction, SubstitutionMapper
 from pymbolic.mapper.substitutor import make_subst_func
 
-from feinsum.spec.model import Array, BatchedEinsum, Formula
+from feinsum.spec.model import BatchedEinsum
 from feinsum.toolbox import cvec
 from feinsum.toolbox.core import kernel_of
 from feinsum.toolbox.dense import rewritten_kernel, subscript
-from feinsum.toolbox.split import flat_values, split_reason
+from feinsum.toolbox.split import flat_values, split_reason, total_terms
 
 
 def cpu_split_reason(e: BatchedEinsum) -> str | None:
@@ -83,7 +83,7 @@ def vector_terms(e: BatchedEinsum) -> list[tuple[Any, tuple[str, ...]]] | str:
                         arg.dtype.numpy_dtype != np.dtype(e.value_dtype(r))):
                     return f"operand {c} reads {name}, which is not of the value type"
                 arrays[name] = None
-        if any(len(a.shape) > 1 and a.order != "C" for a in _arrays(e) if a.name in arrays):
+        if any(len(a.shape) > 1 and a.order != "C" for a in e.arrays if a.name in arrays):
             return (f"an array is not stored in C order: the terms (indices "
                     f"{' '.join(red)}) are not at consecutive addresses")
         out.append((prim.Product(tuple(factors)) if len(factors) > 1 else factors[0],
@@ -94,12 +94,6 @@ def vector_terms(e: BatchedEinsum) -> list[tuple[Any, tuple[str, ...]]] | str:
 def _substitute(expr: Any, values: dict[str, Any]) -> Any:
     """*expr* with the variables named in *values* replaced (loopy's reductions too)."""
     return SubstitutionMapper(make_subst_func(values))(expr)
-
-
-def _arrays(e: BatchedEinsum) -> list[Array]:
-    """Every array the einsum reads, inside formulas too."""
-    return [a for row in e.arguments for col in row for f in col
-            for a in ((f,) if isinstance(f, Array) else cast(Formula, f).arrays)]
 
 
 class _ArrayReads(IdentityMapper):  # type: ignore[misc]
@@ -122,14 +116,6 @@ class _ArrayReads(IdentityMapper):  # type: ignore[misc]
         raise ValueError("a reduction inside the term (a formula's feature index)")
 
 
-def _total(e: BatchedEinsum) -> Any:
-    total: Any = 1
-    for i in e.reduction_indices:
-        n = e.lengths[i]
-        total = total * (n if isinstance(n, int) else prim.Variable(str(n)))
-    return total
-
-
 def cpu_split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, groups: int, blocks: int,
                      vec: int) -> lp.TranslationUnit:
     """The two-kernel program of :mod:`this module <feinsum.toolbox.split_cpu>` for the
@@ -138,7 +124,7 @@ def cpu_split_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, groups: int, 
     knl = kernel_of(t_unit)
     rows = [i for i in knl.instructions if isinstance(i, lp.Assignment)]
     G, B, V = groups, blocks, vec
-    total = _total(e)
+    total = total_terms(e)
     syms = sorted({str(n) for n in e.lengths.values() if isinstance(n, str)})
     params = f"[{', '.join(syms)}] -> " if syms else ""
     rg, rt = prim.Variable("rg"), prim.Variable("rt")
