@@ -19,6 +19,9 @@
 # two calls: `bash benchmarks/gpu_session.sh first --budget 8`, then
 # `GPU_STAGES="programs lazy" bash benchmarks/gpu_session.sh second`. PYTHON picks the
 # interpreter (default python3), FEINSUM_GPU_CARRY the wheels' folder (default .gpu).
+# GPU_PACK=1: the device tool returns at most 8 files, so the results go to
+# $GPU_WORK/LABEL (default /tmp/feinsum-gpu) and are packed into $OUT/LABEL.tar.gz after
+# every stage (a killed command returns the stages it finished).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LABEL=${1:?usage: gpu_session.sh LABEL [bench_gpu.py arguments ...]}
@@ -33,8 +36,18 @@ LIMIT=${SESSION_SECONDS:-570}
 STAGES=" ${GPU_STAGES:-bench programs lazy} "
 # seconds a stage may take: at most $1, and what is left of the session but 10 s
 allowed() { local left=$((LIMIT - (SECONDS - START) - 10)); echo $(( $1 < left ? $1 : left )); }
-DEST=${OUT:-$PWD/gpu-out}/$LABEL
-mkdir -p "$DEST"
+OUT_DIR=${OUT:-$PWD/gpu-out}
+if [ -n "${GPU_PACK:-}" ]; then
+    DEST=${GPU_WORK:-/tmp/feinsum-gpu}/$LABEL
+else
+    DEST=$OUT_DIR/$LABEL
+fi
+mkdir -p "$DEST" "$OUT_DIR"
+pack() {
+    [ -n "${GPU_PACK:-}" ] || return 0
+    tar czf "$OUT_DIR/$LABEL.tar.gz.part" -C "$DEST" . \
+        && mv "$OUT_DIR/$LABEL.tar.gz.part" "$OUT_DIR/$LABEL.tar.gz"
+}
 LOG=$DEST/session.log
 say() { echo "[gpu_session $(date +%T)] $*" | tee -a "$LOG"; }
 
@@ -81,6 +94,7 @@ if [[ $STAGES == *" bench "* ]]; then
             >> "$LOG" 2>&1 || say "could not export the records (the database stays)"
     fi
     say "bench_gpu.py exited $rc"
+    pack
 fi
 # stage NAME DEFAULT_SECONDS FILE COMMAND...: run while 30 s of the session remain,
 # bounded; its output into the log and FILE
@@ -95,6 +109,7 @@ stage() {
     say "$name (at most $secs s): $*"
     timeout "$secs" "$@" 2>&1 | tee -a "$LOG" "$file"
     [ "${PIPESTATUS[0]}" = 0 ] || say "$name did not finish (the log says why)"
+    pack
 }
 # whole DG programs through arraycontext + pytato against their einsums alone
 if [[ $STAGES == *" programs "* ]]; then
@@ -109,4 +124,5 @@ if [[ $STAGES == *" lazy "* ]] && [ "$LAZY_N" != 0 ]; then
         "$PY" benchmarks/bench_lazy_index.py --n "$LAZY_N" --json "$DEST/lazy_index.jsonl"
 fi
 say "done in $((SECONDS - START)) s (bench_gpu.py: exit $rc); results in $DEST"
+pack
 exit "$rc"
