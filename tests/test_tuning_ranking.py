@@ -40,7 +40,9 @@ def test_predicted_order_then_random() -> None:
     assert {"a": 1, "b": 1} in [c for c, _ in s.ranking]  # the default is in the pool
     known = [t for t in ranked if t is not None]
     assert known == sorted(known) and ranked[len(known):] == [None] * (12 - len(known))
-    assert asked[:12] == [c for c, _ in s.ranking]  # measured in the model's order
+    # the default first, whatever its prediction; then the model's order
+    assert asked[0] == {"a": 1, "b": 1}
+    assert asked[1:12] == [c for c, _ in s.ranking if c != {"a": 1, "b": 1}]
     keys = [_space().canonical(a) for a in asked if a is not None]
     assert len(set(keys)) == 20 and _space().canonical({"a": 5, "b": 16}) not in keys
 
@@ -98,9 +100,12 @@ def test_auto_ranks_on_a_gpu_model_only(monkeypatch: pytest.MonkeyPatch) -> None
                     MeasureOptions(), None)
     assert isinstance(arm.strategy, Predicted)
     first = arm.strategy.ask()
+    assert arm.strategy.default is not None
+    assert first == arm.strategy.space.validate(arm.strategy.default)  # the default first
+    second = arm.strategy.ask()
     times = [t for _, t in arm.strategy.ranking if t is not None]
     assert len(times) == pool_size(1) and times == sorted(times)
-    assert first == arm.strategy.ranking[0][0]
+    assert second == next(c for c, _ in arm.strategy.ranking if c != first)
     cpu = feinsum.DeviceInfo(
         platform_name="Portable Computing Language", platform_version="OpenCL 3.0 PoCL",
         vendor="GenuineIntel", name="pthread-x", driver_version="5", opencl_version="3.0",
