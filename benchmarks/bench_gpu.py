@@ -2,8 +2,9 @@
 budget, time the peers installed there, record everything as it goes, print one table.
 
     python benchmarks/bench_gpu.py [--device SPEC] [--out DIR] [--db PATH] [--budget 8]
-                                   [--time-budget 450] [--lengths reference|gpu|quick]
-                                   [--only NAME ...] [--no-peers] [--peer-limit S]
+                                   [--time-budget 450] [--time-limit S] [--peer-limit S]
+                                   [--lengths reference|gpu|quick] [--only NAME ...]
+                                   [--no-peers] [--gpu-peers-only]
 
 1. The device (``--device``, else ``PYOPENCL_CTX``, else the first usable GPU, else the CPU):
    the probe of :mod:`feinsum.devices.probe` must pass; its limits and the device model
@@ -23,22 +24,54 @@ budget, time the peers installed there, record everything as it goes, print one 
    and scaled when the full size would not fit its bound (the table marks it ``~``), or
    reported as timed out.
 
-The whole run keeps to ``--time-budget`` seconds (default 450: a budget-8 run fits in 8
-minutes with the start-up): each workload gets an equal share of what is left (tuning at
-most 60% of it, the peers the rest), and a workload whose share is under
-:data:`MIN_SHARE` seconds is skipped and listed as such. Each row is printed, appended to
-``DIR/rows.jsonl`` and the markdown table ``DIR/table.md`` rewritten as soon as its
-workload completes, so a killed run keeps every finished row. ``DIR`` is ``--out``
-(default ``bench-gpu-<device>`` here). See benchmarks/README.md for what a GPU machine needs.
+Time. The whole run keeps to ``--time-budget`` seconds (default 450: a budget-8 run fits
+in 8 minutes with the start-up), start-up and roofline included, finishing within it plus
+at most about one workload's overrun:
+
+* Each workload's *share* is an equal part of what is left (recomputed before every
+  workload, so an overrun is taken from the workloads after it). When that is under
+  :data:`MIN_SHARE` seconds, the next workload still runs, with :data:`MIN_SHARE` seconds
+  and its budget cut in proportion (``budget * share / MIN_SHARE``, at least 1; the row
+  says so), as long as :data:`MIN_SHARE` seconds are left: the workloads not yet run get a
+  smaller budget before any is skipped. Those left when fewer than :data:`MIN_SHARE`
+  seconds remain are skipped, and listed as such.
+* The tuner gets :data:`TUNE_FRACTION` of the share (all of it with ``--no-peers``;
+  ``--time-limit`` caps it). :func:`feinsum.autotune` honours its ``time_limit`` only
+  between candidates: it starts none after it, but those already building (up to one per
+  build worker, each code generation, an OpenCL build and its timing) finish, and the
+  performance model's ranking of each recipe's candidates on a GPU it describes
+  (:mod:`feinsum.tuning.ranking`, up to ``RANKING_SECONDS`` = 20 s a recipe) is not
+  bounded by it at all. So the limit passed is the tuner's part of the share less the
+  median overrun past their limits of the tunings before that ran into theirs (at least
+  :data:`MIN_TUNE_LIMIT` seconds: the tuner's set-up must end before its limit for any
+  candidate to start), and the ranking is bounded for the call to :data:`RANK_FRACTION` of
+  the tuner's part over the candidates started at once (at least :data:`RANK_MIN_SECONDS`
+  a recipe; the configurations not predicted by then are measured in random order). A
+  tuning that still overruns its part by more than a second (and 10%) says so, and by how
+  much, in the row's notes.
+* The peers share what is left of the workload's share, but never less than the
+  ``1 - TUNE_FRACTION`` of it reserved for them, however long the tuning took, nor
+  :data:`PEER_MIN_SECONDS` a peer (``--peer-limit`` caps every peer): a peer whose full
+  size does not fit is timed on a subsample and scaled, so a short bound still times it.
+
+Each row is printed, appended to ``DIR/rows.jsonl`` (with the share, the budget, the
+tuner's limit and time, and every peer's bound) and the markdown table ``DIR/table.md``
+rewritten as soon as its workload completes, so a killed run keeps every finished row.
+``DIR`` is ``--out`` (default ``bench-gpu-<device>`` here). See benchmarks/README.md for
+what a GPU machine needs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import re
+import statistics
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +87,19 @@ from feinsum.tuning.workloads import workloads  # noqa: E402
 FAMILIES = ("dg", "contraction", "kernel", "elementwise", "reduction")
 #: The GPU-sized lengths of ``--lengths gpu`` (symbols not named keep their reference length).
 GPU_LENGTHS = {"E": 1_000_000, "M": 1_000_000, "N": 1_000_000}
-#: A workload whose share of the remaining time is below this (seconds) is skipped.
+#: Seconds a workload gets at least: under it a workload runs with a cut budget, and
+#: with fewer seconds than this left of the run the remaining workloads are skipped.
 MIN_SHARE = 4.0
-#: Fraction of a workload's share the tuner may use (the peers get the rest).
+#: Fraction of a workload's share the tuner may use (the rest is reserved for the peers).
 TUNE_FRACTION = 0.6
+#: Seconds every peer gets at least, however long the tuning took.
+PEER_MIN_SECONDS = 3.0
+#: The shortest time limit passed to the tuner (nothing runs when its set-up outlasts it).
+MIN_TUNE_LIMIT = 2.0
+#: Fraction of the tuner's part of a share the performance model's rankings may take ...
+RANK_FRACTION = 0.5
+#: ... but at least this many seconds a recipe (predictions take one to five seconds).
+RANK_MIN_SECONDS = 1.0
 COLUMNS = ("workload", "recipe", "ms", "GFLOP/s", "roof", "sheet", "fastest peer", "peer ms",
            "ratio", "notes")
 
@@ -146,33 +188,116 @@ def _cells(row: dict[str, Any]) -> tuple[str, ...]:
     pms = "" if p is None else ("~" if p["how"].startswith("scaled") else "") + f"{p['ms']:.3f}"
     ratio = "" if p is None or ms is None else f"{p['ms'] / ms:.2f}x"
     notes = [row["status"]] if row["status"] != "ok" else []
+    notes += row.get("notes", [])
     notes += [f"{x['peer']}: {x['how']}" for x in row.get("peers", []) if x["how"] != "measured"]
     return (row["workload"], row.get("recipe") or "-", "-" if ms is None else f"{ms:.3f}",
             "-" if row.get("gflops") is None else f"{row['gflops']:.1f}", _pct(row.get("roof")),
             _pct(row.get("sheet")), peer or "-", pms, ratio, "; ".join(notes))
 
 
-def run_workload(name: str, w: Any, lengths: dict[str, int], share: float, args: Any,
-                 dev: Any, info: Any, roof: Any, db_path: Path) -> dict[str, Any]:
-    """Tune and time one workload within *share* seconds: its row."""
+def plan_next(left: float, remaining: int, budget: int) -> tuple[float, int] | None:
+    """The share (seconds) and budget of the next of *remaining* workloads when *left*
+    seconds of the run are left; None: skip it (fewer than :data:`MIN_SHARE` seconds left).
+    A share under :data:`MIN_SHARE` becomes :data:`MIN_SHARE` with the budget cut in
+    proportion (at least 1)."""
+    if left < MIN_SHARE:
+        return None
+    share = left / remaining
+    if share >= MIN_SHARE:
+        return share, budget
+    return MIN_SHARE, max(1, min(budget, math.floor(budget * share / MIN_SHARE)))
+
+
+def tune_limit(part: float, overrun: float) -> float:
+    """The time limit to pass the tuner for it to end within *part* seconds, when it runs
+    *overrun* seconds past its limit (see the module): *part* less the overrun, at least
+    :data:`MIN_TUNE_LIMIT` (or *part*, when shorter)."""
+    return min(part, max(MIN_TUNE_LIMIT, part - max(0.0, overrun)))
+
+
+def ranking_bound(part: float, at_once: int) -> float:
+    """Seconds for the ranking of one recipe's candidates when the tuner's part of the share
+    is *part* seconds and *at_once* candidates start at once (each of another recipe:
+    ranked one after the other, before the tuner next checks its time)."""
+    from feinsum.tuning import ranking
+
+    return min(ranking.RANKING_SECONDS,
+               max(RANK_MIN_SECONDS, RANK_FRACTION * part / max(1, at_once)))
+
+
+@contextlib.contextmanager
+def ranking_seconds(seconds: float) -> Iterator[None]:
+    """Bound the performance model's ranking of each recipe's candidates to *seconds* in the
+    block (:data:`feinsum.tuning.ranking.RANKING_SECONDS`, read as each recipe's search is
+    set up; autotune has no argument for it)."""
+    from feinsum.tuning import ranking
+
+    old = ranking.RANKING_SECONDS
+    ranking.RANKING_SECONDS = seconds
+    try:
+        yield
+    finally:
+        ranking.RANKING_SECONDS = old
+
+
+def peer_limit(peers_end: float, now: float, k: int, n: int, cap: float | None) -> float:
+    """The bound of peer *k* of *n* at time *now* when the peers are to end at *peers_end*:
+    an equal part of what is left, at least :data:`PEER_MIN_SECONDS` (a positive bound
+    however late the tuning ended), at most *cap* (``--peer-limit``)."""
+    limit = max(PEER_MIN_SECONDS, (peers_end - now) / (n - k))
+    return limit if cap is None else min(limit, cap)
+
+
+def peers_end(started: float, share: float, now: float) -> float:
+    """When the peers of a workload started at *started* with *share* seconds are to end, the
+    tuning having ended at *now*: at the end of the share, or later by what the tuning took
+    of the ``1 - TUNE_FRACTION`` of it reserved for the peers."""
+    return max(started + share, now + (1 - TUNE_FRACTION) * share)
+
+
+def _median_overrun(overruns: Sequence[float]) -> float:
+    return max(0.0, statistics.median(overruns)) if overruns else 0.0
+
+
+def run_workload(name: str, w: Any, lengths: dict[str, int], share: float, budget: int,
+                 overrun: float, args: Any, dev: Any, info: Any, roof: Any,
+                 db_path: Path) -> dict[str, Any]:
+    """Tune and time one workload within *share* seconds with *budget* configurations, the
+    tuner running about *overrun* seconds past its limit (see the module): its row."""
     import gpu_peers
 
     from feinsum.spec.costs import contraction_flops
+    from feinsum.tuning.codecheck import default_jobs
 
     t0 = time.monotonic()
     row: dict[str, Any] = {"workload": name, "family": w.family, "lengths": lengths,
-                           "status": "ok", "peers": []}
-    tune_limit = TUNE_FRACTION * share
+                           "status": "ok", "peers": [], "notes": [], "share": share,
+                           "budget": budget}
+    if budget < args.budget:
+        row["notes"].append(f"budget cut to {budget} (time short)")
+    part = share if args.no_peers else TUNE_FRACTION * share
     if args.time_limit:
-        tune_limit = min(tune_limit, args.time_limit)
+        part = min(part, args.time_limit)
+    limit = tune_limit(part, overrun)
+    rank_s = ranking_bound(part, min(budget, default_jobs()))
+    row.update(tune_part=part, tune_limit=limit, ranking_s=rank_s)
+    res = None
     try:
-        res = fs.autotune(w.spec, db=str(db_path), device=dev, lengths=lengths,
-                          budget=args.budget, time_limit=tune_limit, peers=False,
-                          baseline=False, progress=False)
+        with ranking_seconds(rank_s):
+            res = fs.autotune(w.spec, db=str(db_path), device=dev, lengths=lengths,
+                              budget=budget, time_limit=limit, peers=False,
+                              baseline=False, progress=False)
         best = res.best
     except Exception as exc:  # a workload that cannot be tuned is a row, not the end
-        best, res = None, None
+        best = None
         row["status"] = f"failed: {type(exc).__name__}: {str(exc)[:160]}"
+    tune_s = time.monotonic() - t0
+    row["tune_s"] = tune_s
+    if res is not None and tune_s > limit:  # it ran into its limit: an estimate of the next
+        row["tune_overrun"] = tune_s - limit
+    if tune_s > part + max(1.0, 0.1 * part):
+        row["notes"].append(f"tuning took {tune_s:.1f} s of its {part:.1f} s "
+                            f"(+{tune_s - part:.1f} s)")
     e = w.spec.with_lengths(lengths)
     if best is not None and best.timing is not None:
         t = best.timing.min
@@ -181,18 +306,21 @@ def run_workload(name: str, w: Any, lengths: dict[str, int], share: float, args:
                    gflops=flops / t / 1e9,
                    roof=roof.fraction(e.value_dtype(0), flops, best.nbytes or 0, t),
                    sheet=datasheet_fraction(info, e.value_dtype(0), flops, best.nbytes or 0, t))
-    elif row["status"] == "ok":
-        row["status"] = f"nothing ran ({(res.failures if res else None) or 'no recipe applies'})"
-    row["tune_s"] = time.monotonic() - t0
+    elif res is not None:
+        why: Any = res.failures
+        if not why and res.previous:
+            why = f"the budget was spent by {res.previous} earlier records, none ok"
+        elif not why:
+            why = f"no candidate started within the tuner's {limit:.1f} s limit"
+        row["status"] = f"nothing ran ({why})"
     if not args.no_peers:
         factories = gpu_peers.peers(name, w.spec, gpu_only=args.gpu_peers_only)
+        end = peers_end(t0, share, time.monotonic())
         for k, (pname, make) in enumerate(factories.items()):
-            left = share - (time.monotonic() - t0)
-            limit = left / (len(factories) - k)
-            if args.peer_limit is not None:
-                limit = min(limit, args.peer_limit)
-            row["peers"].append(gpu_peers.measure_peer(pname, make, w.spec, lengths,
-                                                       limit).to_json())
+            bound = peer_limit(end, time.monotonic(), k, len(factories), args.peer_limit)
+            p = gpu_peers.measure_peer(pname, make, w.spec, lengths, bound).to_json()
+            p["limit_s"] = bound
+            row["peers"].append(p)
     timed = [p for p in row["peers"] if p["ms"] is not None]
     if timed:
         row["fastest_peer"] = min(timed, key=lambda p: p["ms"])["peer"]
@@ -200,23 +328,38 @@ def run_workload(name: str, w: Any, lengths: dict[str, int], share: float, args:
     return row
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _positive(text: str) -> float:
+    x = float(text)
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return x
+
+
+def _count(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
+    return n
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--device", help="platform:device indices or a name substring")
     ap.add_argument("--out", help="output folder (default bench-gpu-<device> here)")
     ap.add_argument("--db", help="the database file (default OUT/bench-gpu.sqlite)")
-    ap.add_argument("--budget", type=int, default=8, help="configurations per workload")
-    ap.add_argument("--time-budget", type=float, default=450.0,
+    ap.add_argument("--budget", type=_count, default=8, help="configurations per workload")
+    ap.add_argument("--time-budget", type=_positive, default=450.0,
                     help="seconds for the whole run (default 450)")
-    ap.add_argument("--time-limit", type=float,
+    ap.add_argument("--time-limit", type=_positive,
                     help="at most this many seconds of tuning per workload")
-    ap.add_argument("--peer-limit", type=float, help="at most this many seconds per peer")
+    ap.add_argument("--peer-limit", type=_positive,
+                    help="at most this many seconds per peer")
     ap.add_argument("--lengths", choices=("reference", "gpu", "quick"), default="reference")
     ap.add_argument("--quick", action="store_true", help="= --lengths quick (a smoke test)")
     ap.add_argument("--only", nargs="*", help="workload names")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--gpu-peers-only", action="store_true", help="leave the numpy peers out")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     t_start = time.monotonic()
     which = "quick" if args.quick else args.lengths
 
@@ -245,21 +388,27 @@ def main() -> None:
     rec = Recorder(out, f"{info.name}: budget {args.budget} per workload, {which} lengths, "
                         f"{time.strftime('%Y-%m-%d %H:%M')}")
     names = list(chosen)
+    overruns: list[float] = []  # seconds the tuner ran past its limit, per workload
     for k, name in enumerate(names):
         w = chosen[name]
         lengths = lengths_of(w, which)
         left = args.time_budget - (time.monotonic() - t_start)
-        share = left / (len(names) - k)
-        if share < MIN_SHARE:
+        plan = plan_next(left, len(names) - k, args.budget)
+        if plan is None:
             rec.add({"workload": name, "family": w.family, "lengths": lengths, "peers": [],
-                     "status": f"skipped: out of time ({left:.0f} s left of "
-                               f"--time-budget {args.time_budget:.0f})"})
+                     "status": f"skipped: out of time ({max(0.0, left):.0f} s of "
+                               f"--time-budget {args.time_budget:.0f} left)"})
             continue
-        rec.add(run_workload(name, w, lengths, share, args, dev, info, roof, db_path))
+        share, budget = plan
+        row = run_workload(name, w, lengths, share, budget, _median_overrun(overruns), args,
+                           dev, info, roof, db_path)
+        if "tune_overrun" in row:
+            overruns.append(row["tune_overrun"])
+        rec.add(row)
     print(f"(roof: of the roofline measured this run; sheet: of the datasheet's; ratio > 1: "
           f"feinsum faster; ~: peer timed on a subsample and scaled; records in {db_path}, "
-          f"rows in {out}; {time.monotonic() - t_start:.0f} s)")
-
+          f"rows in {out}; {time.monotonic() - t_start:.0f} s of --time-budget "
+          f"{args.time_budget:.0f})")
 
 if __name__ == "__main__":
     main()

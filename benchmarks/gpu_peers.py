@@ -13,7 +13,8 @@ on a subsample of the workload's long axis (``M``, ``E``, ...; time is linear in
 either times the full size, when the estimate fits the bound, or a subsample that fits and
 scales the time (reported as *scaled*; the first subsample, 1/256 of the axis, grows
 16-fold while it takes under 1% of the bound); a call that overruns its bound is interrupted
-(``SIGALRM``, between the peer's Python-level steps) and reported as *timed out*.
+(``SIGALRM``, between the peer's Python-level steps) and reported as *timed out* (after
+the bound, always positive: a peer given no time at all is reported *not timed*).
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ def time_bound(seconds: float) -> Iterator[None]:
 @dataclass(frozen=True)
 class PeerResult:
     """One peer's time: ``how`` is ``measured``, ``scaled from AXIS=n`` (the time at the
-    subsample times the full length over it), ``timed out after S s`` or ``failed: ...``."""
+    subsample times the full length over it), ``timed out after S s`` (S > 0), ``not timed:
+    no time left`` (a bound of zero or less) or ``failed: ...``."""
 
     name: str
     seconds: float | None
@@ -93,6 +95,8 @@ def measure_peer(name: str, make: Factory, spec: Any, lengths: dict[str, int],
     """Time peer *make* on *spec* at *lengths* within *limit* seconds (see the module)."""
     from feinsum.lowering.validation import random_inputs
 
+    if not limit > 0:  # nothing to time within: said so, never "timed out after -2 s"
+        return PeerResult(name, None, "not timed: no time left")
     t_end = time.perf_counter() + limit
 
     def left() -> float:

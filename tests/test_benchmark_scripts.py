@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -141,6 +142,143 @@ def test_peer_bounds() -> None:
     assert time.monotonic() - t0 < 3
     r = gp.measure_peer("raises", lambda a: (lambda: 1 / 0), spec, {"M": 100, "N": 64}, 1.0)
     assert r.seconds is None and r.how.startswith("failed: ZeroDivisionError"), r
+
+
+def test_peer_without_time_is_not_timed() -> None:
+    """A peer given a bound of zero or less is reported as not timed, never as "timed out
+    after -2 s"."""
+    from feinsum.tuning.workloads import workloads
+
+    gp = _gpu_peers()
+    spec = workloads()["gaussian"].spec
+    for limit in (0.0, -1.77):
+        r = gp.measure_peer("any", lambda a: (lambda: None), spec, {"M": 100, "N": 64}, limit)
+        assert r.seconds is None and r.how == "not timed: no time left", r
+
+
+def _bench_gpu():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_gpu",
+                                                  ROOT / "benchmarks" / "bench_gpu.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_gpu_time_shares() -> None:
+    """The time rules of bench_gpu (see its module): peers get a positive bound however
+    long the tuning took, the tuner's limit is its part less the overrun seen (never under
+    the floor), the workloads not yet run get a cut budget before any is skipped."""
+    from feinsum.tuning import ranking
+
+    bg = _bench_gpu()
+    # the H200 run: a 13 s share whose tuning took 40 s left the peers -1.8 s to -5.5 s
+    t0, share, now = 100.0, 13.0, 140.0
+    end = bg.peers_end(t0, share, now)
+    assert end == pytest.approx(now + (1 - bg.TUNE_FRACTION) * share)
+    limits = [bg.peer_limit(end, now + 2.0 * k, k, 3, None) for k in range(3)]
+    assert all(x >= bg.PEER_MIN_SECONDS for x in limits), limits
+    assert bg.peer_limit(t0 - 50, now, 0, 3, None) == bg.PEER_MIN_SECONDS
+    assert bg.peer_limit(end, now, 0, 3, 1.0) == 1.0  # --peer-limit caps it
+    # a tuning that kept to its part: the peers share the rest of the share
+    end = bg.peers_end(t0, share, t0 + 0.6 * share)
+    assert end == t0 + share
+    assert bg.peer_limit(end, t0 + 5.0, 0, 2, None) == pytest.approx(4.0)
+
+    assert bg.tune_limit(7.8, 0.0) == 7.8
+    assert bg.tune_limit(7.8, 3.0) == pytest.approx(4.8)
+    assert bg.tune_limit(7.8, 30.0) == bg.MIN_TUNE_LIMIT
+    assert bg.tune_limit(1.0, 5.0) == 1.0  # a --time-limit under the floor is kept
+
+    assert bg.plan_next(450.0, 20, 8) == (22.5, 8)
+    assert bg.plan_next(30.0, 10, 8) == (bg.MIN_SHARE, 6)  # 3 s each: 4 s, budget 6 of 8
+    assert bg.plan_next(bg.MIN_SHARE, 100, 8) == (bg.MIN_SHARE, 1)
+    assert bg.plan_next(bg.MIN_SHARE - 0.1, 1, 8) is None
+    assert bg.plan_next(-20.0, 3, 8) is None
+
+    assert bg.ranking_bound(7.8, 4) == bg.RANK_MIN_SECONDS
+    assert bg.ranking_bound(40.0, 4) == pytest.approx(bg.RANK_FRACTION * 10)
+    assert bg.ranking_bound(1e4, 1) == ranking.RANKING_SECONDS
+    saved = ranking.RANKING_SECONDS
+    with bg.ranking_seconds(1.5):
+        assert ranking.RANKING_SECONDS == 1.5
+    assert saved == ranking.RANKING_SECONDS
+    with pytest.raises(SystemExit):
+        bg.main(["--time-budget", "-1"])
+
+
+def test_bench_gpu_keeps_to_its_time_when_tuning_overruns(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          ) -> None:
+    """bench_gpu's loop on a tuner that runs 2 s past every limit it is given (as autotune
+    does on a GPU: candidates building finish, the model's ranking is not bounded) and a
+    peer that hangs: every peer gets a positive bound (the old code gave the peers what was
+    left of the share: negative), the next tuner limit takes the overrun off, the workloads
+    after get a cut budget rather than being skipped, and the run ends within its
+    --time-budget plus about one workload's overrun."""
+    import importlib
+    from types import SimpleNamespace
+
+    import feinsum.devices.opencl
+    import feinsum.timing.roofline
+    from feinsum.tuning import ranking
+
+    bg = _bench_gpu()
+    gp = importlib.import_module("gpu_peers")  # as bench_gpu imports it
+    importlib.import_module("feinsum.lowering.validation")  # imported before it is timed
+    monkeypatch.setattr(bg, "MIN_SHARE", 2.0)
+    monkeypatch.setattr(bg, "PEER_MIN_SECONDS", 0.5)
+    monkeypatch.setattr(bg, "MIN_TUNE_LIMIT", 0.3)
+    monkeypatch.setattr(bg, "check_device", lambda spec: "device")
+    info = SimpleNamespace(name="Fake GPU", is_cpu=False, peak_bandwidth=None, model=None)
+    monkeypatch.setattr(feinsum.devices.opencl, "device_info", lambda dev: info)
+    monkeypatch.setattr(feinsum.timing.roofline, "measure_roofline",
+                        lambda dev, db, quick: SimpleNamespace(fraction=lambda *a: 0.5))
+    calls: list[tuple[float, int, float]] = []
+
+    def autotune(spec, *, time_limit, budget, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append((time_limit, budget, ranking.RANKING_SECONDS))
+        time.sleep(time_limit + 2.0)
+        m = SimpleNamespace(timing=SimpleNamespace(min=1e-3), recipe_name="fake", params={},
+                            nbytes=8)
+        return SimpleNamespace(best=m, measurements=[m], failures={}, previous=0)
+
+    monkeypatch.setattr(bg.fs, "autotune", autotune)
+    monkeypatch.setattr(gp, "peers", lambda name, e, gpu_only=False: {
+        "quick": lambda a: (lambda: time.sleep(1e-3)), "hangs": lambda a: (lambda: time.sleep(60))})
+    names = ["local", "gemm", "gaussian", "inner", "matvec"]
+    budget_s = 12.0
+    t0 = time.monotonic()
+    bg.main(["--quick", "--budget", "8", "--time-budget", str(budget_s), "--out",
+             str(tmp_path / "out"), "--only", *names])
+    elapsed = time.monotonic() - t0
+    printed = capsys.readouterr().out
+    rows = [json.loads(x) for x in (tmp_path / "out" / "rows.jsonl").read_text().splitlines()]
+    assert [r["workload"] for r in rows] == names, rows
+    ran = [r for r in rows if r["status"] == "ok"]
+    assert len(ran) >= 2 and rows[:len(ran)] == ran, rows  # the skipped ones come last
+    assert all(r["status"].startswith("skipped: out of time (")
+               and not re.search(r"[(\s]-\d", r["status"]) for r in rows[len(ran):]), rows
+    assert ranking.RANKING_SECONDS == 20.0  # restored
+    # 12 s in 5: 2.4 s each, the tuner 60% of it; then the 2 s overrun is taken off
+    assert rows[0]["budget"] == 8 and calls[0][0] == pytest.approx(0.6 * 2.4, rel=0.1)
+    assert "tuning took" in " ".join(rows[0]["notes"]), rows[0]
+    assert calls[1][0] == pytest.approx(0.3), calls
+    # after the overrun 7.6 s are left for 4: 1.9 s each, under MIN_SHARE: 2 s, budget 7
+    assert rows[1]["budget"] < 8 and calls[1][1] == rows[1]["budget"], rows[1]
+    assert "budget cut to" in " ".join(rows[1]["notes"])
+    for r in ran:
+        assert [p["peer"] for p in r["peers"]] == ["quick", "hangs"], r
+        assert all(p["limit_s"] >= 0.5 for p in r["peers"]), r
+        assert r["peers"][0]["how"] == "measured", r
+        assert r["peers"][1]["how"].startswith("timed out after "), r
+    assert "after -" not in printed and "after -" not in (tmp_path / "out" / "table.md"
+                                                          ).read_text()
+    overrun = max(r["seconds"] - r["share"] for r in ran)
+    assert elapsed < budget_s + overrun + 1.0, (elapsed, rows)
 
 
 def test_gpu_session_runs_bench_gpu_into_its_folder(tmp_path: Path) -> None:
