@@ -201,6 +201,32 @@ def test_split_k_sums_the_slices_in_a_second_kernel() -> None:
     assert code.count("__kernel") == 2 and "slices" in code
 
 
+@pytest.mark.parametrize("split", [1, 4])
+def test_double_buffer_never_reads_past_a_fixed_k(split: int) -> None:
+    """The double buffer's copy of the next K tile runs in the last round too, past K: its
+    K index is clamped into the operand also where K is a multiple of the tiles (on the
+    H200 of 2026-11-27 two_index's default, 4096 = 4 x 64 x 16, failed its launch with
+    NVIDIA's -9999 from that read). loopy's own bounds check proves it for ttm; the fused
+    two_index reduction (j, k = jk // 64, jk % 64) is beyond that check, so its copies
+    are read for the clamp."""
+    import loopy as lp
+
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.tuning.workloads import workloads
+
+    h200 = get_model("h200")
+    for name, k in (("ttm", 64), ("two_index", 64 * 64)):
+        e = canonicalize(workloads()[name].spec)
+        cfg = {**recipe().default(e, h200), "double_buffer": True, "split": split}
+        t_unit = recipe().apply(generate_loopy(e), cfg, e, h200)
+        checked = lp.set_options(t_unit, enforce_array_accesses_within_bounds=True)
+        code = str(lp.generate_code_v2(checked).device_code())
+        ahead = [line for line in code.splitlines()
+                 if re.search(r"= a[01]\[", line) and re.search(r"\bq\b", line)]
+        assert ahead and all(re.search(rf"min\([^;]*, {k - 1}\)", line) for line in ahead), (
+            name, [line for line in ahead if f", {k - 1})" not in line][:2])
+
+
 def test_defaults_from_the_device() -> None:
     from feinsum.toolbox import gemm as tg
     from feinsum.tuning.workloads import workloads

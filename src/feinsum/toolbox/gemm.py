@@ -287,14 +287,17 @@ def _masks(t: Tiling, sd: _Side, lens: dict[str, Any], within: frozenset[str]
 
 def _copy(e: BatchedEinsum, r: Roles, t: Tiling, sd: _Side, lens: dict[str, Any],
           ktile: Any, buf: Any, within: frozenset[str], name: str, deps: frozenset[str],
-          suffix: str = "") -> list[Any]:
+          suffix: str = "", ahead: bool = False) -> list[Any]:
     """Copy *sd*'s tile of K tile *ktile* to buffer *buf* of its local tile: every
     work-item loads its entries (clamped into the operand, so unconditionally) into
     registers ``r{tag}`` (statement ``{name}_ld``), zeros those outside the operand
     (``{name}_zero``, by the masks of :func:`_masks`), then stores them to local memory
     (``{name}``). A work-item copies runs of ``vw`` entries (the local tile's vectors) in
     rounds ``i{tag}{suffix}`` (``s...`` for the stores), the entries of a run in
-    ``v{tag}{suffix}`` (``w...``)."""
+    ``v{tag}{suffix}`` (``w...``). *ahead*: the double buffer's copy of the next tile,
+    which the last round makes past ``K`` (a tile never read): its ``K`` index is clamped
+    into the operand even where ``K`` is a multiple of the tiles (an out-of-bounds read
+    crashes a GPU: NVIDIA's OpenCL fails the launch with -9999)."""
     dt = e.value_dtype(0)
     edge_m, edge_k = _edges(t, sd, lens)
 
@@ -308,7 +311,7 @@ def _copy(e: BatchedEinsum, r: Roles, t: Tiling, sd: _Side, lens: dict[str, Any]
     v, vl = loop(f"v{sd.tag}{suffix}")
     gm, gk, _, _, preds = _entry(t, sd, ktile, buf, f, v)
     idx = {**components(e, sd.group, prim.Min((gm, sd.length - 1)) if edge_m else gm),
-           **components(e, r.k, prim.Min((gk, lens["K"] - 1)) if edge_k else gk),
+           **components(e, r.k, prim.Min((gk, lens["K"] - 1)) if edge_k or ahead else gk),
            **{i: _V(i) for i in (*r.rest, *r.red)}}
     out = [lp.Assignment(run(f"r{sd.tag}", f, v),
                          _V(f"op{sd.col}_r0")(*(idx[i] for i in e.in_indices[sd.col])),
@@ -386,7 +389,7 @@ def gemm_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, r: Roles, t: Tilin
         cur = _V("q") % 2
         for sd in sides:
             insns += _copy(e, r, t, sd, lens, ktile + t.split, (_V("q") + 1) % 2, body,
-                           f"cp_{sd.tag}", prologue)
+                           f"cp_{sd.tag}", prologue, ahead=True)
         fetched = prologue | {"cp_a_ld", "cp_b_ld"}
     else:
         for sd in sides:
