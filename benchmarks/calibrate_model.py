@@ -1,15 +1,19 @@
-"""The performance model against every record of a GPU run: predicted vs measured.
+"""The performance model against every record of GPU runs: predicted vs measured.
 
-    python benchmarks/calibrate_model.py [--db PATH] [--model h200] [--rst FILE]
-                                         [--json FILE] [--subset N]
+    python benchmarks/calibrate_model.py [--db PATH ...] [--model h200] [--rst FILE]
+                                         [--json FILE] [--subset N] [--also ID ...]
 
-Every ``ok`` record of the feinsum database ``--db`` (default: the H200 run of 2026-11-26,
-``../shared/gpu/h200-2026-11-26/bench-gpu-h200.sqlite``) has its code generated again, exactly
+Every ``ok`` record of the feinsum databases ``--db`` (default: the H200 runs of 2026-11-26
+and 2026-11-27 found in ``../shared/gpu/h200-*/bench-gpu-h200.sqlite``; a run is named by
+its database's folder) has its code generated again, exactly
 as it ran: its recipe with its ``params_json``, the canonical spec of ``einsums.spec_json``,
 the ``DeviceInfo`` of ``devices.info_json``, at its lengths (the fingerprint of that code is
 compared with the record's). The model of ``--model`` predicts it; the script prints each
-record's predicted and measured time, their ratio and the bounding resource, the ratio
-spread, and per workload Spearman's rank correlation and the share of pairs in order.
+record's predicted and measured time, their ratio and the bounding resource, then the
+ratio spread over all runs and, per run, the spread and per workload Spearman's rank
+correlation and the share of pairs in order. A workload a run measured at several lengths
+(the DG workloads at E = 5e4 and 1e6) is one workload per lengths (``gradient
+[n0=1000000]``): the order across sizes is not what the ranking needs.
 
 The script runs with the hash seed the timing workers generate code with
 (``PYTHONHASHSEED=0``, :data:`feinsum.timing.hashseed.CODE_HASH_SEED`; it starts itself
@@ -17,9 +21,10 @@ again with it if needed): loopy's code for some kernels depends on the seed, and
 predicted must be the code that was timed.
 
 ``--rst FILE`` writes the table docs/performance-model.rst includes; ``--json FILE`` writes
-``--subset`` records per workload (the fastest, the slowest and evenly between, by measured
-time) for ``tests/test_prediction_h200.py``. Nothing is fitted here: the model's constants
-are :mod:`feinsum.prediction.hardware`'s.
+``--subset`` records per run and workload (the fastest, the slowest and evenly between, by
+measured time) and the records ``--also`` names (ids of the first run given) for
+``tests/test_prediction_h200.py``. Nothing is fitted here: the model's constants are
+:mod:`feinsum.prediction.hardware`'s.
 """
 
 from __future__ import annotations
@@ -35,10 +40,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-_RUN = Path("shared", "gpu", "h200-2026-11-26", "bench-gpu-h200.sqlite")
-#: the checkout's sibling ../shared (a worktree's: ../../shared)
-DEFAULT_DB = next((p / _RUN for p in (ROOT.parent, ROOT.parent.parent) if (p / _RUN).is_file()),
-                  ROOT.parent / _RUN)
+_RUNS = [Path("shared", "gpu", run, "bench-gpu-h200.sqlite")
+         for run in ("h200-2026-11-26", "h200-2026-11-27")]
+#: the runs in the checkout's sibling ../shared (a worktree's: ../../shared)
+DEFAULT_DBS = [next((p / r for p in (ROOT.parent, ROOT.parent.parent) if (p / r).is_file()),
+                    ROOT.parent / r) for r in _RUNS]
+DEFAULT_DB = DEFAULT_DBS[0]
 
 _QUERY = """
 select m.id, e.canonical_key, e.canonical_text, e.spec_json, r.name, c.params_json,
@@ -58,26 +65,35 @@ def _workload_names() -> dict[str, str]:
 
 
 def read_records(db: Path) -> list[Any]:
-    """Every ok record of *db* as a :class:`MeasuredConfiguration`."""
+    """Every ok record of *db* as a :class:`MeasuredConfiguration` of the run named by
+    *db*'s folder; a workload measured at several lengths is named with them."""
     from feinsum.prediction.calibration import MeasuredConfiguration
 
     names = _workload_names()
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    rows = list(con.execute(_QUERY))
+    sizes: dict[str, set[str]] = {}
+    for row in rows:
+        sizes.setdefault(names.get(row[1], row[2]), set()).add(row[6])
     out = []
     for (mid, key, text, spec_json, recipe, params, lengths, seconds, fp,
-         info) in con.execute(_QUERY):
+         info) in rows:
+        name = names.get(key, text)
+        if len(sizes[name]) > 1:
+            name += " [" + ",".join(f"{k}={v}" for k, v in json.loads(lengths).items()) + "]"
         out.append(MeasuredConfiguration(
-            id=mid, workload=names.get(key, text), recipe=recipe,
+            id=mid, workload=name, recipe=recipe,
             params=json.loads(params), spec_json=spec_json, device=json.loads(info),
-            lengths=json.loads(lengths), seconds=seconds, code_fingerprint=fp))
+            lengths=json.loads(lengths), seconds=seconds, code_fingerprint=fp,
+            run=db.resolve().parent.name))
     return out
 
 
 def subset(records: list[Any], per_workload: int) -> list[Any]:
-    """Per workload, *per_workload* records evenly spread by measured time."""
-    by: dict[str, list[Any]] = {}
+    """Per run and workload, *per_workload* records evenly spread by measured time."""
+    by: dict[tuple[str, str], list[Any]] = {}
     for r in records:
-        by.setdefault(r.workload, []).append(r)
+        by.setdefault((r.run, r.workload), []).append(r)
     out = []
     for rs in by.values():
         rs = sorted(rs, key=lambda r: r.seconds)
@@ -87,12 +103,23 @@ def subset(records: list[Any], per_workload: int) -> list[Any]:
     return out
 
 
-def _rst(rows: list[tuple[Any, Any, bool]], summary: Any, model: str) -> str:
-    head = ("id", "workload", "recipe", "measured ms", "predicted ms", "ratio", "bound",
-            "code")
-    body = [(str(r.id), r.workload, r.recipe, f"{r.seconds * 1e3:.4g}",
-             f"{p.seconds * 1e3:.4g}", f"{p.seconds / r.seconds:.2f}", p.limit,
-             "as measured" if same else "differs")
+def _summary_lines(label: str, s: Any, model: str) -> list[str]:
+    logs = sorted(math.log(x) for x in s.ratios)
+    pairs = [v for v in s.pairs.values() if not math.isnan(v)]
+    return [f"{label} (model ``{model}``): {s.count} records, {s.within_2x:.0%} within "
+            f"0.5-2x, geometric mean error {s.geometric_error:.2f}x, median ratio "
+            f"{math.exp(logs[len(logs) // 2]):.2f} (min {min(s.ratios):.2f}, max "
+            f"{max(s.ratios):.2f}); pairs in order, mean over workloads: "
+            f"{sum(pairs) / max(1, len(pairs)):.0%}."]
+
+
+def _rst(rows: list[tuple[Any, Any, bool]], runs: dict[str, Any], total: Any,
+         model: str) -> str:
+    head = ("run", "id", "workload", "recipe", "measured ms", "predicted ms", "ratio",
+            "bound", "code")
+    body = [(r.run.removeprefix("h200-"), str(r.id), r.workload, r.recipe,
+             f"{r.seconds * 1e3:.4g}", f"{p.seconds * 1e3:.4g}",
+             f"{p.seconds / r.seconds:.2f}", p.limit, "as measured" if same else "differs")
             for r, p, same in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
     rule = "  ".join("=" * w for w in widths)
@@ -101,15 +128,14 @@ def _rst(rows: list[tuple[Any, Any, bool]], summary: Any, model: str) -> str:
     lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths, strict=True)).rstrip()
               for b in body]
     lines.append(rule)
-    ws = sorted(summary.spearman)
-    lines += ["", f"Model ``{model}``: {summary.count} records, "
-              f"{summary.within_2x:.0%} within 0.5-2x, geometric mean error "
-              f"{summary.geometric_error:.2f}x (ratio min {min(summary.ratios):.2f}, "
-              f"max {max(summary.ratios):.2f}).", "",
-              "Per workload, Spearman's rank correlation and the pairs in order (measured "
-              "times more than 5% apart):", ""]
-    lines += [f"* {w}: {summary.spearman[w]:.2f}, {summary.pairs[w]:.0%} of pairs"
-              for w in ws]
+    if len(runs) > 1:
+        lines += ["", *_summary_lines("All runs", total, model)]
+    for run, s in runs.items():
+        lines += ["", *_summary_lines(f"Run {run}", s, model), "",
+                  "Per workload, Spearman's rank correlation and the pairs in order "
+                  "(measured times more than 5% apart):", ""]
+        lines += [f"* {w}: {s.spearman[w]:.2f}, {s.pairs[w]:.0%} of pairs"
+                  for w in sorted(s.spearman)]
     return "\n".join(lines) + "\n"
 
 
@@ -122,40 +148,55 @@ def main() -> None:
         env = {**os.environ, "PYTHONHASHSEED": CODE_HASH_SEED}
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--db", type=Path, default=DEFAULT_DB)
+    ap.add_argument("--db", type=Path, nargs="+", help="feinsum databases, one per run "
+                    "(default: the H200 runs of 2026-11-26 and 2026-11-27 that exist)")
     ap.add_argument("--model", default="h200", help="the device model that predicts")
     ap.add_argument("--rst", type=Path, help="write the table (reStructuredText) here")
     ap.add_argument("--json", type=Path, help="write a subset of the records here")
-    ap.add_argument("--subset", type=int, default=3, help="records per workload for --json")
+    ap.add_argument("--subset", type=int, default=3,
+                    help="records per run and workload for --json")
+    ap.add_argument("--also", nargs="*", type=int, default=[],
+                    help="record ids (of the first run) --json writes besides the subset")
     ap.add_argument("--only", nargs="*", type=int, help="record ids")
     args = ap.parse_args()
-    if not args.db.is_file():
-        sys.exit(f"no database {args.db}; pass --db PATH")
+    dbs = args.db or [d for d in DEFAULT_DBS if d.is_file()]
+    missing = [d for d in dbs if not d.is_file()]
+    if missing or not dbs:
+        sys.exit(f"no database {missing or DEFAULT_DBS}; pass --db PATH ...")
     warnings.simplefilter("ignore")
     from feinsum.prediction.calibration import summarise
 
-    records = [r for r in read_records(args.db) if not args.only or r.id in args.only]
+    records = [r for db in dbs for r in read_records(db)
+               if not args.only or r.id in args.only]
     rows = []
-    print(f"{'id':>4} {'workload':<11} {'recipe':<14} {'measured':>10} {'predicted':>10} "
-          f"{'ratio':>6}  bound     code")
+    print(f"{'run':<11} {'id':>4} {'workload':<11} {'recipe':<14} {'measured':>10} "
+          f"{'predicted':>10} {'ratio':>6}  bound     code")
     for r in records:
         t0 = time.perf_counter()
         p, same = r.check(args.model)
         rows.append((r, p, same))
-        print(f"{r.id:>4} {r.workload:<11} {r.recipe:<14} {r.seconds * 1e3:>8.4f}ms "
-              f"{p.seconds * 1e3:>8.4f}ms {p.seconds / r.seconds:>6.2f}  {p.limit:<9} "
-              f"{'same' if same else 'DIFFERS'} ({time.perf_counter() - t0:.1f} s)",
-              flush=True)
-    s = summarise((r, p) for r, p, _ in rows)
-    logs = sorted(math.log(x) for x in s.ratios)
-    print(f"\n{s.count} records: {s.within_2x:.0%} within 0.5-2x, geometric mean error "
-          f"{s.geometric_error:.2f}x, median ratio {math.exp(logs[len(logs) // 2]):.2f}")
-    for w in sorted(s.spearman):
-        print(f"  {w:<12} Spearman {s.spearman[w]:5.2f}, pairs in order {s.pairs[w]:.0%}")
+        print(f"{r.run.removeprefix('h200-'):<11} {r.id:>4} {r.workload:<11} "
+              f"{r.recipe:<14} {r.seconds * 1e3:>8.4f}ms {p.seconds * 1e3:>8.4f}ms "
+              f"{p.seconds / r.seconds:>6.2f}  {p.limit:<9} {'same' if same else 'DIFFERS'} "
+              f"({time.perf_counter() - t0:.1f} s)", flush=True)
+    total = summarise((r, p) for r, p, _ in rows)
+    runs = {run: summarise((r, p) for r, p, _ in rows if r.run == run)
+            for run in dict.fromkeys(r.run for r in records)}
+    print()
+    if len(runs) > 1:
+        print(_summary_lines("All runs", total, args.model)[0].replace("``", ""))
+    for run, s in runs.items():
+        print(_summary_lines(f"Run {run}", s, args.model)[0].replace("``", ""))
+        for w in sorted(s.spearman):
+            print(f"  {w:<28} Spearman {s.spearman[w]:5.2f}, pairs in order "
+                  f"{s.pairs[w]:.0%}")
     if args.rst:
-        args.rst.write_text(_rst(rows, s, args.model))
+        args.rst.write_text(_rst(rows, runs, total, args.model))
     if args.json:
         chosen = subset(records, args.subset)
+        first = records[0].run if records else ""
+        chosen += [r for r in records if r.run == first and r.id in args.also
+                   and r not in chosen]
         args.json.write_text(json.dumps([r.as_dict() for r in chosen], indent=1) + "\n")
         print(f"{len(chosen)} records written to {args.json}")
 

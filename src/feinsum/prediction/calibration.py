@@ -36,19 +36,23 @@ class MeasuredConfiguration:
     #: the fastest measured time (seconds)
     seconds: float
     code_fingerprint: str | None = None
+    #: the run (database) it was measured in: ids are unique within a run only
+    run: str = ""
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> MeasuredConfiguration:
         return cls(id=int(d["id"]), workload=str(d["workload"]), recipe=str(d["recipe"]),
                    params=dict(d["params"]), spec_json=str(d["spec_json"]),
                    device=dict(d["device"]), lengths=dict(d["lengths"]),
-                   seconds=float(d["seconds"]), code_fingerprint=d.get("code_fingerprint"))
+                   seconds=float(d["seconds"]), code_fingerprint=d.get("code_fingerprint"),
+                   run=str(d.get("run", "")))
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "workload": self.workload, "recipe": self.recipe,
                 "params": dict(self.params), "spec_json": self.spec_json,
                 "device": dict(self.device), "lengths": dict(self.lengths),
-                "seconds": self.seconds, "code_fingerprint": self.code_fingerprint}
+                "seconds": self.seconds, "code_fingerprint": self.code_fingerprint,
+                "run": self.run}
 
     @property
     def device_info(self) -> DeviceInfo:

@@ -56,6 +56,10 @@ class Hardware:
     fp_latency: float
     sfu_latency: float
     barrier_cycles: float
+    #: cycles between two instructions of one warp (its dependent-issue interval: an
+    #: instruction waits for the result of an earlier one): what a warp's own instruction
+    #: stream costs it when no other warp of its scheduler fills the gaps
+    issue_cycles: float
     #: iterations of a rolled loop whose global reads one warp keeps in flight (the
     #: compiler's software pipelining; a read under a ``?:`` is not pipelined)
     memory_parallelism: float
@@ -88,12 +92,18 @@ class Hardware:
 #: special-function units, 128 bytes of L1/shared per clock, 64 warps, 32 groups, 228 KiB
 #: shared memory (NVIDIA H100 whitepaper; CUDA C++ Programming Guide, compute capability
 #: 9.0). Latencies and the sustained bandwidth: calibrated on the H200 run (benchmarks/
-#: calibrate_model.py).
+#: calibrate_model.py). ``issue_cycles``: the dependent-issue latency of Hopper's fp32 and
+#: integer pipes, 4 cycles (Luo et al., "Benchmarking and Dissecting the Nvidia Hopper GPU
+#: Architecture", IPDPS 2024; 4 on Volta and Turing, Jia et al. 2018/2019): a warp that
+#: runs alone on its scheduler issues about one instruction per 4 cycles (measured on the
+#: H200 run of 2026-11-27: 5.4-6.0 cycles per instruction for 2 warps per SM, DG with
+#: fp64; 2.0 for the register-tiled fp32 GEMM), 16 warps per SM fill the 4 schedulers.
 _HOPPER: dict[str, Any] = dict(
     compute_units=132, clock_hz=1.98e9, subgroup=32, issue_per_clock=4.0,
     fp32_per_clock=4.0, fp64_per_clock=2.0, sfu_per_clock=0.5, lsu_per_clock=1.0,
     lines_per_wavefront=2.0, line_bytes=128, banks=32, bank_bytes=4, global_latency=300.0,
     local_latency=30.0, fp_latency=6.0, sfu_latency=20.0, barrier_cycles=40.0,
+    issue_cycles=4.0,
     memory_parallelism=2.0, overlap=0.5,
     max_warps=64, max_groups=32, registers=65536, max_registers_per_item=255,
     local_memory=228 * KiB, base_registers=24, launch_seconds=2.5e-6)
@@ -149,6 +159,7 @@ def _derived(info: DeviceInfo, name: str) -> Hardware:
         line_bytes=v["line_bytes"], banks=v["banks"], bank_bytes=4,
         dram_bandwidth=info.peak_bandwidth * _SUSTAINED, global_latency=400.0,
         local_latency=40.0, fp_latency=6.0, sfu_latency=24.0, barrier_cycles=40.0,
+        issue_cycles=4.0,
         memory_parallelism=2.0, overlap=0.5,
         max_warps=fam.max_warps if fam else v["max_warps"],
         max_groups=fam.max_groups if fam else v["max_groups"],

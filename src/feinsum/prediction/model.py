@@ -13,10 +13,15 @@ most work-groups (``ceil(groups / compute units)``: the tail of the last wave co
   compiler loads it once;
 * ``dram``: every global array a device kernel reads and writes, once each, over the
   sustained bandwidth (a later launch reads again what an earlier one wrote);
-* ``latency``: what one work-group's warps wait for in sequence (global and local
-  latencies over the accesses a warp keeps in flight, dependent FMA chains, barriers),
-  once per wave of resident work-groups (occupancy from registers, local memory and
-  work-group size).
+* ``latency``: what one work-group's warps do in sequence: a warp's own instructions,
+  one per dependent-issue interval (:attr:`~feinsum.prediction.hardware.Hardware.issue_cycles`),
+  and what it waits for (global and local latencies over the accesses a warp keeps in
+  flight, dependent FMA chains, barriers), once per wave of resident work-groups
+  (occupancy from registers, local memory and work-group size). A grid of few
+  work-groups (one per SM looping over its elements) has few resident warps: each
+  issues about one instruction per interval, so the SM issues ``resident warps /
+  issue_cycles`` per clock, not its schedulers' 4; with enough warps the ``issue`` bound
+  takes over (Little's law: 4 schedulers x 4 cycles = 16 warps).
 
 The kernel takes its largest bound, plus the share of the second-largest that does not
 overlap it (``issue``, ``fp`` and ``sfu`` are one instruction stream: only their largest
@@ -85,7 +90,9 @@ def occupancy(k: DeviceKernel, hw: Hardware) -> tuple[int, str]:
 
 
 def _latency_cycles(k: DeviceKernel, hw: Hardware) -> float:
-    """Cycles one work-group's warps spend waiting in sequence. Each loop body (the
+    """Cycles one work-group's warps spend in sequence: a warp's own instruction stream,
+    one instruction per :attr:`Hardware.issue_cycles` (its dependent-issue interval: what
+    no other warp hides when few are resident), and its waits. Each loop body (the
     statements inside the same rolled loops; straight-line code is one) waits per
     iteration for its reads (a global or a local latency; all reads of one iteration are
     issued together, and a rolled loop keeps :attr:`Hardware.memory_parallelism`
@@ -106,10 +113,23 @@ def _latency_cycles(k: DeviceKernel, hw: Hardware) -> float:
             body["mem"] = max(body["mem"], lat)
             if a.conditional and a.space == "global":
                 body["mlp"] = 0.0
-    total = k.barriers * hw.barrier_cycles
-    for b in bodies.values():
-        total += b["iters"] * (b["mem"] / max(1.0, b["mlp"]) + b["arith"])
-    return total
+    waits = sum(b["iters"] * (b["mem"] / max(1.0, b["mlp"]) + b["arith"])
+                for b in bodies.values())
+    issue = hw.issue_cycles * warp_instructions(k, hw)
+    return (k.barriers * hw.barrier_cycles + max(issue, waits)
+            + hw.overlap * min(issue, waits))
+
+
+def warp_instructions(k: DeviceKernel, hw: Hardware) -> float:
+    """Instructions one warp of device kernel *k* issues over its life (a warp active in
+    every statement: the busiest): its statements' arithmetic, its memory instructions
+    and address computations, its share of the loop control and checks."""
+    warps = k.groups * math.ceil(k.group_size / hw.subgroup)
+    n = sum(s.serial_runs * (s.fp + s.sfu + s.other) for s in k.statements)
+    n += sum(a.serial * (a.instructions + (ADDRESS_INSTRUCTIONS if a.space == "global"
+                                           else 0.0)) for a in k.accesses)
+    return n + (k.loop_iterations * LOOP_INSTRUCTIONS + k.check_instructions
+                + k.pointer_increments) / warps
 
 
 def _wavefronts(a: Access, hw: Hardware) -> float:
