@@ -1,8 +1,9 @@
 """The code every recipe generates on the reference workloads, as fingerprints.
 
 The workloads are the einsums of the shipped records (``db/*.jsonl``: every reference
-workload of ``shared/workloads.md``), the device is the shipped records' device (read from
-the file: no OpenCL is opened), and the configuration is each recipe's default.
+workload of ``shared/workloads.md``), on each file's device (its recorded limits: no
+OpenCL is opened; the CPU of the CPU records, the H200 of the GPU ones), and the
+configuration is each recipe's default there.
 ``tests/test_generated_code.py`` checks that restructuring feinsum leaves all of it
 byte-identical; after a change that is meant to alter generated code, write the file anew::
 
@@ -24,47 +25,53 @@ ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "data" / "generated_code.json"
 
 
-def _shipped() -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """The shipped device's info and the (key, spec JSON) of every shipped einsum."""
-    device: dict[str, Any] | None = None
-    specs: list[tuple[str, str]] = []
+def _shipped() -> list[tuple[dict[str, Any], list[tuple[str, str]]]]:
+    """Per shipped file: its device's info and the (key, spec JSON) of its einsums."""
+    out = []
     for path in sorted((ROOT / "db").glob("*.jsonl")):
+        device: dict[str, Any] | None = None
+        specs: list[tuple[str, str]] = []
         for line in path.read_text().splitlines():
             d = json.loads(line)
             if d["type"] == "device" and device is None:
                 device = d["info"]
             elif d["type"] == "einsum":
                 specs.append((d["canonical_key"], json.dumps(d["spec"], sort_keys=True)))
-    if device is None:
-        raise SystemExit("no device in db/*.jsonl")
-    return device, sorted(specs)
+        if device is None:
+            raise SystemExit(f"no device in {path}")
+        out.append((device, sorted(set(specs))))
+    if not out:
+        raise SystemExit("no db/*.jsonl")
+    return out
 
 
 def fingerprints() -> dict[str, str]:
-    """``{"recipe | workload key | config": fingerprint or error}`` for every recipe and
-    every shipped workload it applies to."""
+    """``{"device | recipe | workload key | config": fingerprint or error}`` for every
+    shipped device, every recipe and every workload shipped for that device it applies
+    to."""
     import feinsum
     from feinsum.devices.opencl import DeviceInfo
     from feinsum.lowering.kernel import generate_loopy
     from feinsum.spec.serialize import spec_from_json
     from feinsum.timing.fingerprint import code_fingerprint
 
-    device, specs = _shipped()
-    info = DeviceInfo.from_dict(device)
     out: dict[str, str] = {}
     warnings.simplefilter("ignore")
-    for recipe in feinsum.recipes():
-        for key, text in specs:
-            spec = spec_from_json(text)
-            if recipe.applies(spec, info) is not None:
-                continue
-            cfg = dict(recipe.default(spec, info))
-            label = f"{recipe.name} | {key} | {json.dumps(cfg, sort_keys=True)}"
-            try:
-                t_unit = recipe.apply(generate_loopy(spec), cfg, spec, info)
-                out[label] = code_fingerprint(t_unit, info)
-            except Exception as exc:  # the error is part of what the recipe does
-                out[label] = f"error: {type(exc).__name__}: {str(exc)[:200]}"
+    for device, specs in _shipped():
+        info = DeviceInfo.from_dict(device)
+        for recipe in feinsum.recipes():
+            for key, text in specs:
+                spec = spec_from_json(text)
+                if recipe.applies(spec, info) is not None:
+                    continue
+                cfg = dict(recipe.default(spec, info))
+                label = (f"{info.name} | {recipe.name} | {key} | "
+                         f"{json.dumps(cfg, sort_keys=True)}")
+                try:
+                    t_unit = recipe.apply(generate_loopy(spec), cfg, spec, info)
+                    out[label] = code_fingerprint(t_unit, info)
+                except Exception as exc:  # the error is part of what the recipe does
+                    out[label] = f"error: {type(exc).__name__}: {str(exc)[:200]}"
     return out
 
 
