@@ -113,7 +113,8 @@ _SUSTAINED = 0.9
 HARDWARE: dict[str, Hardware] = {
     "h100": Hardware("h100", dram_bandwidth=3.35e12 * _SUSTAINED, **_HOPPER),
     "h200": Hardware("h200", dram_bandwidth=4.8e12 * _SUSTAINED,
-                     calibrated="H200, NVIDIA OpenCL 3.0 / CUDA 13.0, 2026-11-26 (63 records)",
+                     calibrated="H200, NVIDIA OpenCL 3.0 / CUDA 13.0, 2026-11-26 (63 records) "
+                     "and 2026-11-27 (163, driver 580.159)",
                      **_HOPPER),
     "gh200": Hardware("gh200", dram_bandwidth=4.0e12 * _SUSTAINED, **_HOPPER),
     "h800": Hardware("h800", dram_bandwidth=3.35e12 * _SUSTAINED,
