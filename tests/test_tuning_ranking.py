@@ -122,3 +122,19 @@ def test_auto_ranks_on_a_gpu_model_only(monkeypatch: pytest.MonkeyPatch) -> None
     with pytest.raises(feinsum.TuningError, match="does not describe"):
         _make_arm(r, target, cpu, _NoRecords(), "predicted", 4, 0, None,  # type: ignore[arg-type]
                   MeasureOptions(), None)
+
+
+def test_ranking_keeps_to_the_time_limit() -> None:
+    """Without a limit each recipe ranks for RANKING_SECONDS; under one, all the rankings
+    together take at most RANKING_SHARE of it (never under a second each)."""
+    from feinsum.tuning.ranking import RANKING_SECONDS, RANKING_SHARE, ranking_seconds
+
+    assert ranking_seconds(None, 4) == RANKING_SECONDS
+    assert ranking_seconds(1e4, 4) == RANKING_SECONDS
+    assert ranking_seconds(40.0, 4) == pytest.approx(RANKING_SHARE * 40.0 / 4)
+    assert ranking_seconds(2.0, 6) == 1.0
+    _, target = _gemm()
+    r = feinsum.get_recipe("contraction")
+    arm = _make_arm(r, target, MODELS["h200"].info, _NoRecords(), "auto", 4, 0,  # type: ignore[arg-type]
+                    None, MeasureOptions(), None, 1, ranking_seconds(12.0, 3))
+    assert isinstance(arm.strategy, Predicted) and arm.strategy.seconds == 1.0

@@ -35,6 +35,20 @@ RANKING_SECONDS = 20.0
 Predictor = Callable[[Sequence[Mapping[str, Any]], float], list[float | None]]
 
 
+#: The share of the tuner's time limit that the rankings of all its recipes may take.
+RANKING_SHARE = 0.25
+
+
+def ranking_seconds(time_limit: float | None, recipes: int) -> float:
+    """Seconds each of *recipes* recipes' ranking may take: :data:`RANKING_SECONDS`, and
+    under a time limit at most :data:`RANKING_SHARE` of it spread over the recipes (a
+    ranking of 20 s a recipe would eat a short tuning's time: on the H200 run of
+    2026-11-27, 25-50 s a workload at budget 8). At least a second: less ranks nothing."""
+    if time_limit is None:
+        return RANKING_SECONDS
+    return max(1.0, min(RANKING_SECONDS, RANKING_SHARE * time_limit / max(1, recipes)))
+
+
 def pool_size(share: int | None) -> int:
     """Configurations ranked for a recipe whose share of the budget is *share*."""
     return max(12, 4 * (share or 4))

@@ -27,7 +27,7 @@ from feinsum.timing.measurement import (
     TimingStats,
     random_inputs,
 )
-from feinsum.tuning.ranking import Predicted, pool_size, predictor_for
+from feinsum.tuning.ranking import Predicted, pool_size, predictor_for, ranking_seconds
 from feinsum.tuning.strategies import (
     STRATEGIES,
     Strategy,
@@ -370,8 +370,10 @@ def autotune(
     if budget is None and strategy != "exhaustive":
         budget = DEFAULT_BUDGET
     share = None if budget is None else max(1, budget // max(1, len(chosen)))
+    ranking = ranking_seconds(time_limit, len(chosen))
     arms = [_make_arm(r, target, info, records, strategy, share, seed,
-                      (fixed or {}).get(r.name), opts, roof, workers or default_jobs())
+                      (fixed or {}).get(r.name), opts, roof, workers or default_jobs(),
+                      ranking)
             for r in chosen]
     base_m: Measurement | None = None
     if baseline:
@@ -436,8 +438,10 @@ def _holding(lock: Any) -> Iterator[None]:
 
 def _make_arm(r: Recipe, target: Target, info: DeviceInfo, records: _Records, strategy: str,
               share: int | None, seed: int, pins: Mapping[str, Any] | None,
-              opts: MeasureOptions, roof: Roofline | None, workers: int = 1) -> _Arm:
-    """A recipe's arm: its (restricted) space and strategy, seeded with its records."""
+              opts: MeasureOptions, roof: Roofline | None, workers: int = 1,
+              ranking: float | None = None) -> _Arm:
+    """A recipe's arm: its (restricted) space and strategy, seeded with its records
+    (*ranking*: seconds its predictions may take, see :func:`ranking_seconds`)."""
     space = r.space(target.spec, info)
     default: dict[str, Any] | None = r.default(target.spec, info, target.lengths)
     if pins:
@@ -454,7 +458,7 @@ def _make_arm(r: Recipe, target: Target, info: DeviceInfo, records: _Records, st
                  if strategy in ("auto", "predicted") else None)
     if predictor is not None:
         strat = Predicted(space, predictor=predictor, pool=pool_size(share), seed=seed,
-                          default=default, known=known)
+                          default=default, known=known, seconds=ranking)
     elif strategy == "predicted":
         raise TuningError(f"strategy 'predicted': the performance model does not describe "
                           f"{info.name} (a CPU, or a GPU without a device model); use "
