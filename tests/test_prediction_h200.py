@@ -54,11 +54,29 @@ def test_the_subset_covers_every_workload() -> None:
     assert len(records()) == 21
 
 
-def test_every_record_regenerates() -> None:
-    changed = [(r.id, r.recipe) for r, _, same in checked() if not same]
+def _assert_regenerated(rows: tuple[tuple[MeasuredConfiguration, Prediction, bool], ...]
+                        ) -> None:
+    changed = [(r.id, r.recipe) for r, _, same in rows if not same]
     assert not changed, (
         f"these records' recipes no longer generate the code measured: {changed}; make the "
         "change a parameter with an upgrade() that maps the records to the old code")
+
+
+def _assert_fastest_predicted_faster(rows: list[tuple[MeasuredConfiguration, Prediction]]
+                                     ) -> None:
+    """Per workload, the measured fastest is predicted faster than the measured slowest."""
+    by: dict[str, list[tuple[MeasuredConfiguration, Prediction]]] = {}
+    for r, p in rows:
+        by.setdefault(r.workload, []).append((r, p))
+    for w, rp in by.items():
+        fast = min(rp, key=lambda x: x[0].seconds)
+        slow = max(rp, key=lambda x: x[0].seconds)
+        if fast is not slow:
+            assert fast[1].seconds < slow[1].seconds, (w, fast[0].id, slow[0].id)
+
+
+def test_every_record_regenerates() -> None:
+    _assert_regenerated(checked())
 
 
 @pytest.mark.parametrize("index", range(21))
@@ -82,15 +100,7 @@ def test_spread_and_order() -> None:
     s: Summary = summarise(rows)
     assert s.within_2x >= 0.75, s.ratios
     assert s.geometric_error <= 1.7, s.ratios
-    # per workload, the measured fastest is predicted faster than the measured slowest
-    by: dict[str, list[tuple[MeasuredConfiguration, Prediction]]] = {}
-    for r, p in rows:
-        by.setdefault(r.workload, []).append((r, p))
-    for w, rp in by.items():
-        fast = min(rp, key=lambda x: x[0].seconds)
-        slow = max(rp, key=lambda x: x[0].seconds)
-        if fast is not slow:
-            assert fast[1].seconds < slow[1].seconds, (w, fast[0].id, slow[0].id)
+    _assert_fastest_predicted_faster(rows)
     ordered = [v for v in s.pairs.values() if not math.isnan(v)]
     assert sum(ordered) / len(ordered) >= 0.75, s.pairs
 
@@ -127,10 +137,7 @@ def test_the_new_subset_covers_every_workload() -> None:
 
 
 def test_every_new_record_regenerates() -> None:
-    changed = [(r.id, r.recipe) for r, _, same in new_checked() if not same]
-    assert not changed, (
-        f"these records' recipes no longer generate the code measured: {changed}; make the "
-        "change a parameter with an upgrade() that maps the records to the old code")
+    _assert_regenerated(new_checked())
 
 
 def test_new_records_within_the_known_spread() -> None:
@@ -150,14 +157,7 @@ def test_new_spread_and_order() -> None:
     s = summarise(rows)
     assert s.within_2x >= 0.45, s.ratios  # 0.50 (0.38 before the warps' issue interval)
     assert s.geometric_error <= 2.2, s.ratios  # 2.06 (3.03 before)
-    by: dict[str, list[tuple[MeasuredConfiguration, Prediction]]] = {}
-    for r, p in rows:
-        by.setdefault(r.workload, []).append((r, p))
-    for w, rp in by.items():
-        fast = min(rp, key=lambda x: x[0].seconds)
-        slow = max(rp, key=lambda x: x[0].seconds)
-        if fast is not slow:
-            assert fast[1].seconds < slow[1].seconds, (w, fast[0].id, slow[0].id)
+    _assert_fastest_predicted_faster(rows)
 
 
 @pytest.mark.parametrize(("fast", "slow"), [(95, 9), (142, 41)])
