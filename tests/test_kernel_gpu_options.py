@@ -51,15 +51,17 @@ def test_configurations_of_before_the_options_keep_their_code() -> None:
     from feinsum.spec.serialize import spec_from_json
     from feinsum.timing.fingerprint import code_fingerprint
 
-    lines = [json.loads(x) for p in sorted(Path(__file__).parents[1].glob("db/*.jsonl"))
-             for x in p.read_text().splitlines()]
-    device = DeviceInfo.from_dict(next(d["info"] for d in lines if d["type"] == "device"))
-    spec_text = {d["canonical_key"]: json.dumps(d["spec"]) for d in lines
-                 if d["type"] == "einsum"}
-    old = [d for d in lines if d["type"] == "measurement" and d["code_fingerprint"]
-           and d["recipe"] in ("tiled_1d", "tiled_2d") and "math" not in d["params"]]
-    assert {d["recipe"] for d in old} == {"tiled_1d"}, "the shipped records changed: adapt"
-    for d in old:
-        e = spec_from_json(spec_text[d["einsum"]])
+    old = []  # (the record, its file's device, its spec)
+    for path in sorted(Path(__file__).parents[1].glob("db/*.jsonl")):
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        device = DeviceInfo.from_dict(next(d["info"] for d in lines if d["type"] == "device"))
+        spec_text = {d["canonical_key"]: json.dumps(d["spec"]) for d in lines
+                     if d["type"] == "einsum"}
+        old += [(d, device, spec_text[d["einsum"]]) for d in lines
+                if d["type"] == "measurement" and d["code_fingerprint"]
+                and d["recipe"] in ("tiled_1d", "tiled_2d") and "math" not in d["params"]]
+    assert {d["recipe"] for d, _, _ in old} == {"tiled_1d"}, "the shipped records changed: adapt"
+    for d, device, text in old:
+        e = spec_from_json(text)
         t = recipes()[d["recipe"]].apply(generate_loopy(e), d["params"], e, device)
         assert code_fingerprint(t, device) == d["code_fingerprint"], d["params"]
