@@ -344,3 +344,25 @@ def test_bench_lazy_index_times_both_ways_and_checks_them(tmp_path: Path) -> Non
     bad = subprocess.run([sys.executable, script, "--n", "0"], capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode != 0 and "--n and --repeat must be positive" in bad.stderr
+
+
+def test_gpu_plan_packs_each_label(tmp_path: Path) -> None:
+    """The one-command lease: three labels, each packed into OUT/LABEL.tar.gz (the device
+    tool returns at most 8 files), the bench stages' rows inside."""
+    import tarfile
+
+    env = {**os.environ, "FEINSUM_DB": str(tmp_path / "feinsum.sqlite"),
+           "FEINSUM_CACHE_DIR": str(tmp_path / "cache"), "PYTHON": sys.executable,
+           "OUT": str(tmp_path / "out"), "GPU_WORK": str(tmp_path / "work"),
+           "PLAN_SECONDS": "150", "PLAN_BENCH_ARGS": "--quick --budget 1 --no-peers --only local"}
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_plan.sh")],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "first.tar.gz", "gpulen.tar.gz", "programs.tar.gz"]
+    for label in ("first", "gpulen"):
+        with tarfile.open(out / f"{label}.tar.gz") as tar:
+            table = tar.extractfile("./table.md")
+            assert table is not None and "local" in table.read().decode()
+            assert "./records.jsonl" in tar.getnames()
