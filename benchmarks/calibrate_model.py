@@ -47,7 +47,6 @@ _RUNS = [Path("shared", "gpu", run, "bench-gpu-h200.sqlite")
 #: the runs in the checkout's sibling ../shared (a worktree's: ../../shared)
 DEFAULT_DBS = [next((p / r for p in (ROOT.parent, ROOT.parent.parent) if (p / r).is_file()),
                     ROOT.parent / r) for r in _RUNS]
-DEFAULT_DB = DEFAULT_DBS[0]
 
 _QUERY = """
 select m.id, e.canonical_key, e.canonical_text, e.spec_json, r.name, c.params_json,

@@ -126,10 +126,21 @@ def warp_instructions(k: DeviceKernel, hw: Hardware) -> float:
     and address computations, its share of the loop control and checks."""
     warps = k.groups * math.ceil(k.group_size / hw.subgroup)
     n = sum(s.serial_runs * (s.fp + s.sfu + s.other) for s in k.statements)
-    n += sum(a.serial * (a.instructions + (ADDRESS_INSTRUCTIONS if a.space == "global"
-                                           else 0.0)) for a in k.accesses)
-    return n + (k.loop_iterations * LOOP_INSTRUCTIONS + k.check_instructions
-                + k.pointer_increments) / warps
+    n += sum(a.serial * _access_instructions(a) for a in k.accesses)
+    return n + _control_instructions(k) / warps
+
+
+def _access_instructions(a: Access) -> float:
+    """One warp execution of access *a*: its load or store instructions, and an address
+    computation where it is global."""
+    return a.instructions + (ADDRESS_INSTRUCTIONS if a.space == "global" else 0.0)
+
+
+def _control_instructions(k: DeviceKernel) -> float:
+    """Warp instructions of *k*'s rolled-loop overhead, checks and pointer increments
+    (whole launch)."""
+    return (k.loop_iterations * LOOP_INSTRUCTIONS + k.check_instructions
+            + k.pointer_increments)
 
 
 def _wavefronts(a: Access, hw: Hardware) -> float:
@@ -151,10 +162,8 @@ def issued(k: DeviceKernel) -> dict[str, float]:
         out["sfu"] += s.warp_runs * s.sfu
         out["other"] += s.warp_runs * s.other
     for a in k.accesses:
-        out["memory"] += a.runs * (a.instructions + (ADDRESS_INSTRUCTIONS
-                                                     if a.space == "global" else 0.0))
-    out["loop"] = (k.loop_iterations * LOOP_INSTRUCTIONS + k.check_instructions
-                   + k.pointer_increments)
+        out["memory"] += a.runs * _access_instructions(a)
+    out["loop"] = _control_instructions(k)
     return out
 
 
