@@ -3,9 +3,9 @@
     python benchmarks/calibrate_model.py [--db PATH ...] [--model h200] [--rst FILE]
                                          [--json FILE] [--subset N] [--also ID ...]
 
-Every ``ok`` record of the feinsum databases ``--db`` (default: the H200 runs of 2026-11-26
-and 2026-11-27 found in ``../shared/gpu/h200-*/bench-gpu-h200.sqlite``; a run is named by
-its database's folder) has its code generated again, exactly
+Every ``ok`` record of the GPU runs ``--db`` (feinsum databases, named by their folder, or
+JSON-lines exports, named by their file; default: the H200 runs of 2026-11-26 and
+2026-11-27 kept in ``benchmarks/data/gpu-runs/``) has its code generated again, exactly
 as it ran: its recipe with its ``params_json``, the canonical spec of ``einsums.spec_json``,
 the ``DeviceInfo`` of ``devices.info_json``, at its lengths (the fingerprint of that code is
 compared with the record's). The model of ``--model`` predicts it; the script prints each
@@ -36,17 +36,15 @@ import json
 import math
 import sqlite3
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-_RUNS = [Path("shared", "gpu", run, "bench-gpu-h200.sqlite")
-         for run in ("h200-2026-11-26", "h200-2026-11-27")]
-#: the runs in the checkout's sibling ../shared (a worktree's: ../../shared)
-DEFAULT_DBS = [next((p / r for p in (ROOT.parent, ROOT.parent.parent) if (p / r).is_file()),
-                    ROOT.parent / r) for r in _RUNS]
+#: every GPU run's records, exported (``feinsum db export``) as the run left them
+DEFAULT_DBS = sorted((ROOT / "benchmarks" / "data" / "gpu-runs").glob("*.jsonl.gz"))
 
 _QUERY = """
 select m.id, e.canonical_key, e.canonical_text, e.spec_json, r.name, c.params_json,
@@ -65,14 +63,41 @@ def _workload_names() -> dict[str, str]:
             for name, w in workloads(gpu=gpu).items()}
 
 
+def _run_name(db: Path) -> str:
+    """A database is named by its folder, an export by its file (less its suffixes)."""
+    return db.resolve().parent.name if _is_database(db) else db.name.split(".")[0]
+
+
+def _is_database(db: Path) -> bool:
+    with db.open("rb") as f:
+        return f.read(16) == b"SQLite format 3\0"
+
+
+def _query(db: Path) -> list[Any]:
+    """The ok records of a database, or of an export imported into a temporary one (its
+    ids are then the order of the export's lines)."""
+    if _is_database(db):
+        return list(sqlite3.connect(f"file:{db}?mode=ro", uri=True).execute(_QUERY))
+    from feinsum.database.api import Database
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "run.sqlite")
+        with Database(path, include_shipped=False) as imported:
+            imported.import_file(db)
+        con = sqlite3.connect(path)
+        try:
+            return list(con.execute(_QUERY))
+        finally:
+            con.close()
+
+
 def read_records(db: Path) -> list[Any]:
-    """Every ok record of *db* as a :class:`MeasuredConfiguration` of the run named by
-    *db*'s folder; a workload measured at several lengths is named with them."""
+    """Every ok record of *db* as a :class:`MeasuredConfiguration` of the run *db* names;
+    a workload measured at several lengths is named with them."""
     from feinsum.prediction.calibration import MeasuredConfiguration
 
     names = _workload_names()
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    rows = list(con.execute(_QUERY))
+    rows = _query(db)
     sizes: dict[str, set[str]] = {}
     for row in rows:
         sizes.setdefault(names.get(row[1], row[2]), set()).add(row[6])
@@ -86,7 +111,7 @@ def read_records(db: Path) -> list[Any]:
             id=mid, workload=name, recipe=recipe,
             params=json.loads(params), spec_json=spec_json, device=json.loads(info),
             lengths=json.loads(lengths), seconds=seconds, code_fingerprint=fp,
-            run=db.resolve().parent.name))
+            run=_run_name(db)))
     return out
 
 
@@ -149,8 +174,8 @@ def main() -> None:
         env = {**os.environ, "PYTHONHASHSEED": CODE_HASH_SEED}
         os.execve(sys.executable, [sys.executable, *sys.argv], env)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--db", type=Path, nargs="+", help="feinsum databases, one per run "
-                    "(default: the H200 runs of 2026-11-26 and 2026-11-27 that exist)")
+    ap.add_argument("--db", type=Path, nargs="+", help="feinsum databases or exports, one "
+                    "per run (default: benchmarks/data/gpu-runs/*.jsonl.gz)")
     ap.add_argument("--model", default="h200", help="the device model that predicts")
     ap.add_argument("--rst", type=Path, help="write the table (reStructuredText) here")
     ap.add_argument("--json", type=Path, help="write a subset of the records that still "
