@@ -65,3 +65,27 @@ def test_configurations_of_before_the_options_keep_their_code() -> None:
         e = spec_from_json(text)
         t = recipes()[d["recipe"]].apply(generate_loopy(e), d["params"], e, device)
         assert code_fingerprint(t, device) == d["code_fingerprint"], d["params"]
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_tiled_1d_gpu_default_keeps_the_device_busy(workload: str) -> None:
+    """The H200 default takes 4 rows per work-item at M = 1e6 and 1 at M = 1e5 (4 would
+    leave 6 warps per compute unit); the model predicts the 1-row default the faster there."""
+    import feinsum
+    from feinsum.prediction import predict_configuration
+    from feinsum.reductions import analysis as ka
+    from feinsum.tuning.workloads import workloads
+
+    w = workloads(gpu=True)[workload]
+    r, e = recipes()["tiled_1d"], feinsum.canonicalize(w.spec)
+    model = MODELS["h200"].info
+    m = str(ka.analyze(e).m)
+    lengths = dict(feinsum.canonical_lengths(w.spec.with_lengths(w.lengths)))
+    assert lengths[m] == 100_000
+    assert r.default(e, model)["rows"] == 4
+    assert r.default(e, model, {**lengths, m: 1_000_000})["rows"] == 4
+    small = r.default(e, model, lengths)
+    assert small["rows"] == 1
+    four = r.check({**small, "rows": 4, "unroll": 16}, e, model)
+    assert (predict_configuration(r, e, small, "h200", lengths).seconds
+            < predict_configuration(r, e, four, "h200", lengths).seconds)

@@ -41,13 +41,14 @@ CPU_TILE = 32
 #: hundreds of groups (K x rows = 256 rows each), so that the last wave leaves few
 #: compute units idle.
 GPU_TILE = 64
-#: Rows per work-item on GPUs: four independent chains, each j-point read from local
-#: memory serves four pairs; M = 1e5 still makes about 6 warps per compute unit of a
-#: 132-unit GPU.
+#: Rows per work-item on GPUs at most: four independent chains, each j-point read from
+#: local memory serves four pairs; fewer where M rows would leave the device short of
+#: warps (:func:`~feinsum.reductions.row_tiles.gpu_rows`: one at M = 1e5 on an H200).
 GPU_ROWS = 4
-#: Unrolled pairs of the in-tile loop per work-item (unroll x rows) on GPUs: chunks of 16
-#: terms per row (log-sum-exp rescales its sum once per chunk).
+#: Unrolled pairs of the in-tile loop per work-item (unroll x rows) on GPUs, and unrolled
+#: terms per row at most (log-sum-exp rescales its sum once per chunk of them).
 GPU_UNROLLED = 64
+GPU_UNROLL = 32
 
 
 def _applies(e: Any, device: Any) -> str | None:
@@ -92,7 +93,7 @@ def _lazy(form: Any) -> bool:
     return ka.clamps_nan(form) and form.e.reduction == "argmin"
 
 
-def _default(e: Any, device: Any) -> dict[str, Any]:
+def _default(e: Any, device: Any, lengths: dict[str, int]) -> dict[str, Any]:
     form = ka.analyze(e)
     single = not isinstance(form, str) and form.dtype.itemsize == 4
     if device.is_cpu:
@@ -100,11 +101,9 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
                 "peel": False, "pack": False, "math": "accurate", "denorms_are_zero": single,
                 "clamp_nan": False, "lazy_index": False}
     k = min(GPU_TILE, device.max_work_group_size)
-    rows = GPU_ROWS
-    if not isinstance(form, str):
-        while rows > 1 and rt.private_values(form, rows) > 64:
-            rows //= 2
-    return {"K": k, "rows": rows, "unroll": min(k, GPU_UNROLLED // rows), "peel": True,
+    rows = GPU_ROWS if isinstance(form, str) else rt.gpu_rows(form, device, GPU_ROWS, lengths)
+    return {"K": k, "rows": rows, "unroll": min(k, GPU_UNROLLED // rows, GPU_UNROLL),
+            "peel": True,
             "pack": not isinstance(form, str) and rt.pack_width(form) is not None,
             "math": rt.default_math(form, device), "denorms_are_zero": single,
             "clamp_nan": ka.clamps_nan(form), "lazy_index": _lazy(form)}

@@ -99,6 +99,28 @@ def private_values(form: ka.Form, rows: int) -> int:
     return rows * (i_vals + per_acc * len(ka.row_terms(form)))
 
 
+#: Warps per compute unit a GPU default keeps busy: 4 per scheduler of a 4-scheduler unit,
+#: what the exponential's and the local loads' latencies need.
+WARPS_PER_UNIT = 16
+
+
+def gpu_rows(form: ka.Form, device: Any, most: int, lengths: dict[str, int],
+             budget: int = 64) -> int:
+    """Rows per work-item on a GPU: *most*, halved while the private values exceed
+    *budget* and while the ``M`` rows (where *lengths* gives ``M``) would make fewer than
+    :data:`WARPS_PER_UNIT` warps per compute unit. Each row more saves local loads; at
+    ``M`` = 1e5 on a 132-unit GPU four rows per item leave 6 warps per unit, which cannot
+    hide the latencies (the H200 model: 9.2 ms at 4 rows, 4.3 ms at 1)."""
+    rows = most
+    while rows > 1 and private_values(form, rows) > budget:
+        rows //= 2
+    m = form.m if isinstance(form.m, int) else lengths.get(str(form.m))
+    lanes = (device.subgroup_width or 32) * WARPS_PER_UNIT * (device.compute_units or 1)
+    while m is not None and rows > 1 and m < rows * lanes:
+        rows //= 2
+    return rows
+
+
 #: Vendors whose ``native_exp2`` is the hardware's base-2 exponential at about 2 ulp (NVIDIA's
 #: ``ex2.approx``, AMD's ``v_exp_f32``): there the GPU defaults use it.
 NATIVE_EXP2_VENDORS = ("NVIDIA", "Advanced Micro Devices")
