@@ -48,7 +48,7 @@ DEFAULT_DBS = sorted((ROOT / "benchmarks" / "data" / "gpu-runs").glob("*.jsonl.g
 
 _QUERY = """
 select m.id, e.canonical_key, e.canonical_text, e.spec_json, r.name, c.params_json,
-       m.lengths_key, m.min_time, m.code_fingerprint, d.info_json
+       m.lengths_key, m.min_time, m.code_fingerprint, d.info_json, m.uid
 from measurements m join einsums e on e.id = m.einsum_id join recipes r on r.id = m.recipe_id
      join configurations c on c.id = m.configuration_id join devices d on d.id = m.device_id
 where m.status = 'ok' and m.min_time is not null order by e.id, m.min_time
@@ -74,8 +74,9 @@ def _is_database(db: Path) -> bool:
 
 
 def _query(db: Path) -> list[Any]:
-    """The ok records of a database, or of an export imported into a temporary one (its
-    ids are then the order of the export's lines)."""
+    """The ok records of a database, or of an export imported into a temporary one (with
+    the ids the run's database gave them, from ``RUN.ids.json`` beside the export where it
+    is there: docs and tests name records by them; else the order of the export's lines)."""
     if _is_database(db):
         return list(sqlite3.connect(f"file:{db}?mode=ro", uri=True).execute(_QUERY))
     from feinsum.database.api import Database
@@ -86,9 +87,14 @@ def _query(db: Path) -> list[Any]:
             imported.import_file(db)
         con = sqlite3.connect(path)
         try:
-            return list(con.execute(_QUERY))
+            rows = list(con.execute(_QUERY))
         finally:
             con.close()
+    sidecar = db.with_name(db.name.split(".")[0] + ".ids.json")
+    if sidecar.is_file():
+        ids = json.loads(sidecar.read_text())
+        rows = [(ids[row[-1]], *row[1:]) for row in rows]
+    return rows
 
 
 def read_records(db: Path) -> list[Any]:
@@ -103,7 +109,7 @@ def read_records(db: Path) -> list[Any]:
         sizes.setdefault(names.get(row[1], row[2]), set()).add(row[6])
     out = []
     for (mid, key, text, spec_json, recipe, params, lengths, seconds, fp,
-         info) in rows:
+         info, _uid) in rows:
         name = names.get(key, text)
         if len(sizes[name]) > 1:
             name += " [" + ",".join(f"{k}={v}" for k, v in json.loads(lengths).items()) + "]"

@@ -254,10 +254,17 @@ def test_local_arrays_advanced_by_a_loop_cost_a_pointer_increment() -> None:
 
 def test_the_bounds_of_one_instruction_stream_do_not_add() -> None:
     """fp and special-function instructions are issued instructions: a kernel bound by
-    the schedulers is not slowed by its fp pipe; an independent resource (the L1) adds
-    its unoverlapped share."""
-    comp = {"issue": 1.0, "fp": 0.9, "sfu": 0.8, "lsu": 0.2, "latency": 0.1}
+    the schedulers is not slowed by its fp pipe nor by a warp path shorter than its
+    stream; the L1 service lies on the warps' path; DRAM adds what the compute side does
+    not hide."""
+    comp = {"issue": 1.0, "fp": 0.9, "sfu": 0.8, "lsu": 0.2, "latency": 0.1, "dram": 0.0}
     t, limit = kernel_seconds(comp, H200)
-    assert limit == "issue" and t == pytest.approx(1.0 + H200.overlap * 0.2)
+    assert limit == "issue" and t == pytest.approx(1.0)
     t, limit = kernel_seconds({**comp, "lsu": 1.5}, H200)
-    assert limit == "lsu" and t == pytest.approx(1.5 + H200.overlap * 1.0)
+    assert limit == "lsu" and t == pytest.approx(1.6)
+    t, limit = kernel_seconds({**comp, "latency": 0.9}, H200)
+    assert limit == "latency" and t == pytest.approx(1.1)
+    t, limit = kernel_seconds({**comp, "dram": 0.5}, H200)
+    assert limit == "issue" and t == pytest.approx(1.0 + (1 - H200.dram_overlap) * 0.5)
+    t, limit = kernel_seconds({**comp, "dram": 3.0}, H200)
+    assert limit == "dram" and t == pytest.approx(3.0 + (1 - H200.dram_overlap) * 1.0)

@@ -141,12 +141,12 @@ def test_every_new_record_regenerates() -> None:
 
 
 def test_new_records_within_the_known_spread() -> None:
-    """Every record within 0.07-3x (the worst: 0.08x, record 39, face mass dg_transposed
-    with 16 blocks, and 2.2x, record 3, the gemm_gpu default); docs/performance-model.rst
+    """Every record within 0.12-2.5x (the worst: 0.14x, record 39, face mass dg_transposed
+    with 16 blocks, and 2.3x, record 3, the gemm_gpu default); docs/performance-model.rst
     names the outliers."""
     rows = _new_current()
     bad = [(r.id, r.workload, r.recipe, round(p.seconds / r.seconds, 3)) for r, p in rows
-           if not 0.07 <= p.seconds / r.seconds <= 3.0]
+           if not 0.12 <= p.seconds / r.seconds <= 2.5]
     assert not bad, bad
 
 
@@ -155,8 +155,10 @@ def test_new_spread_and_order() -> None:
     if len(rows) < 35:
         pytest.skip(f"only {len(rows)} records still generate their measured code")
     s = summarise(rows)
-    assert s.within_2x >= 0.45, s.ratios  # 0.50 (0.38 before the warps' issue interval)
-    assert s.geometric_error <= 2.2, s.ratios  # 2.06 (3.03 before)
+    # 0.67 (0.38 before the warps' issue interval, 0.50 before DRAM and the L1 service
+    # were added to the compute side)
+    assert s.within_2x >= 0.6, s.ratios
+    assert s.geometric_error <= 1.9, s.ratios  # 1.73 (3.03, then 2.06 before)
     _assert_fastest_predicted_faster(rows)
 
 

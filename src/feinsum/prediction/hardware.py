@@ -63,8 +63,13 @@ class Hardware:
     #: iterations of a rolled loop whose global reads one warp keeps in flight (the
     #: compiler's software pipelining; a read under a ``?:`` is not pipelined)
     memory_parallelism: float
-    #: the share of the second-largest bound that does not overlap the largest
+    #: the share of the shorter of a warp's instruction issue and its waits that the
+    #: longer hides (:func:`~feinsum.prediction.model._latency_cycles`)
     overlap: float
+    #: the share of the shorter of the DRAM time and the compute side that the longer
+    #: hides (:func:`~feinsum.prediction.model.kernel_seconds`): 0, none, on the H200
+    #: runs, whose kernels stage a block, wait at a barrier, then compute
+    dram_overlap: float
     #: occupancy limits of a compute unit
     max_warps: int
     max_groups: int
@@ -104,7 +109,7 @@ _HOPPER: dict[str, Any] = dict(
     lines_per_wavefront=2.0, line_bytes=128, banks=32, bank_bytes=4, global_latency=300.0,
     local_latency=30.0, fp_latency=6.0, sfu_latency=20.0, barrier_cycles=40.0,
     issue_cycles=4.0,
-    memory_parallelism=2.0, overlap=0.5,
+    memory_parallelism=2.0, overlap=0.5, dram_overlap=0.0,
     max_warps=64, max_groups=32, registers=65536, max_registers_per_item=255,
     local_memory=228 * KiB, base_registers=24, launch_seconds=2.5e-6)
 #: sustained over datasheet DRAM bandwidth: 4.32 TB/s measured on the H200 (4.8 TB/s sheet)
@@ -161,7 +166,7 @@ def _derived(info: DeviceInfo, name: str) -> Hardware:
         dram_bandwidth=info.peak_bandwidth * _SUSTAINED, global_latency=400.0,
         local_latency=40.0, fp_latency=6.0, sfu_latency=24.0, barrier_cycles=40.0,
         issue_cycles=4.0,
-        memory_parallelism=2.0, overlap=0.5,
+        memory_parallelism=2.0, overlap=0.5, dram_overlap=0.0,
         max_warps=fam.max_warps if fam else v["max_warps"],
         max_groups=fam.max_groups if fam else v["max_groups"],
         registers=info.registers_per_compute_unit,

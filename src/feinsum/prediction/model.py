@@ -23,9 +23,10 @@ most work-groups (``ceil(groups / compute units)``: the tail of the last wave co
   issue_cycles`` per clock, not its schedulers' 4; with enough warps the ``issue`` bound
   takes over (Little's law: 4 schedulers x 4 cycles = 16 warps).
 
-The kernel takes its largest bound, plus the share of the second-largest that does not
-overlap it (``issue``, ``fp`` and ``sfu`` are one instruction stream: only their largest
-counts), plus the launch; a translation unit its kernels in sequence. The constants are
+A kernel's compute side is the largest of the instruction stream's bounds (``issue``,
+``fp`` and ``sfu`` never add) and the warps' path (``latency`` with the ``lsu`` service on
+it); ``dram`` adds what of it does not overlap that (:func:`kernel_seconds`); then the
+launch. A translation unit takes its kernels in sequence. The constants are
 the hardware's (:mod:`feinsum.prediction.hardware`), none per workload.
 """
 
@@ -199,15 +200,23 @@ SAME_STREAM = ("issue", "fp", "sfu")
 
 
 def kernel_seconds(comp: dict[str, float], hw: Hardware) -> tuple[float, str]:
-    """A device kernel's seconds from its bounds: the largest, plus the part of the
-    second-largest that does not overlap it (:attr:`Hardware.overlap`), the second taken
-    among the resources independent of the largest (of :data:`SAME_STREAM` only the
-    largest counts); and the largest's name."""
+    """A device kernel's seconds from its bounds, and the name of the bound that weighs
+    most. The compute side is the largest of the instruction stream's bounds
+    (:data:`SAME_STREAM`, which never add) and the warps' path in sequence (``latency``)
+    with the L1 / local-memory service (``lsu``) on it: a warp waits for its own
+    wavefronts. DRAM adds what of it does not overlap the compute side
+    (:attr:`Hardware.dram_overlap`): a work-group that stages its block and computes on
+    it after a barrier has its transfers and its arithmetic in sequence."""
+    path = comp.get("latency", 0.0) + comp.get("lsu", 0.0)
     stream = max((r for r in SAME_STREAM if r in comp), key=comp.__getitem__, default=None)
-    ranked = sorted((r for r in comp if r not in SAME_STREAM or r == stream),
-                    key=comp.__getitem__, reverse=True)
-    second = comp[ranked[1]] if len(ranked) > 1 else 0.0
-    return comp[ranked[0]] + hw.overlap * second, ranked[0]
+    compute = max(path, comp[stream] if stream else 0.0)
+    dram = comp.get("dram", 0.0)
+    t = max(compute, dram) + (1.0 - hw.dram_overlap) * min(compute, dram)
+    if dram >= compute:
+        return t, "dram"
+    if stream and comp[stream] >= path:
+        return t, stream
+    return t, max(("latency", "lsu"), key=lambda r: comp.get(r, 0.0))
 
 
 def combine(stats: KernelStats, hw: Hardware, roofline_seconds: float | None = None,
