@@ -268,3 +268,45 @@ def test_the_bounds_of_one_instruction_stream_do_not_add() -> None:
     assert limit == "issue" and t == pytest.approx(1.0 + (1 - H200.dram_overlap) * 0.5)
     t, limit = kernel_seconds({**comp, "dram": 3.0}, H200)
     assert limit == "dram" and t == pytest.approx(3.0 + (1 - H200.dram_overlap) * 1.0)
+
+
+def _accumulators(values: int) -> lp.TranslationUnit:
+    """*values* float accumulators per work-item, in a private array every loop over which
+    is unrolled (kept in registers while they hold it)."""
+    from loopy.kernel.data import AddressSpace
+
+    t = lp.make_kernel(
+        ["{[i]: 0 <= i < n}", f"{{[k, k2]: 0 <= k, k2 < {values}}}", "{[j]: 0 <= j < m}"],
+        """
+        acc[k] = 0 {id=init}
+        acc[k2] = acc[k2] + a[j] {id=upd, dep=init}
+        out[i, k] = acc[k] {id=store, dep=upd, dup=k}
+        """,
+        [lp.GlobalArg("a", np.float32, shape=("m",)),
+         lp.GlobalArg("out", np.float32, shape=("n", values)),
+         lp.TemporaryVariable("acc", np.float32, shape=(values,),
+                              address_space=AddressSpace.PRIVATE),
+         lp.ValueArg("n,m", np.int32)],
+        target=lp.PyOpenCLTarget(), lang_version=(2018, 2))
+    t = lp.split_iname(t, "i", 32, outer_tag="g.0", inner_tag="l.0")
+    return lp.tag_inames(t, {n: "unr" for n in t.default_entrypoint.all_inames()
+                             if n.startswith("k")})
+
+
+def test_registers_beyond_the_work_items_spill_a_share_of_the_accesses() -> None:
+    """512 accumulators and the base need 536 registers of a work-item's 255: the excess,
+    281 of the array's 512, sends that share of its reads and writes to the stack (a load
+    or a store each); 64 accumulators stay in registers and cost no access."""
+    fits = _read(_accumulators(64), n=64, m=10)
+    assert fits.registers == H200.base_registers + 64 and fits.stack_bytes == 0
+    assert all(a.variable != "acc" for a in fits.accesses)
+    spills = _read(_accumulators(512), n=64, m=10)
+    assert spills.registers == H200.max_registers_per_item
+    share = (H200.base_registers + 512 - H200.max_registers_per_item) / 512
+    acc = [a for a in spills.accesses if a.variable == "acc"]
+    assert {a.space for a in acc} == {"stack"}
+    # per warp (2 of 64 rows): the first write and the store's read once, the update's
+    # read and write per j
+    update = 2 * 10 * 512 * share
+    assert sorted(a.runs for a in acc) == pytest.approx(
+        sorted([2 * 512 * share, 2 * 512 * share, update, update]))

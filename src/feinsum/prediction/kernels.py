@@ -172,6 +172,10 @@ class _Reader:
                                  *self.knl.temporary_variables.items()]
             if v.dtype is not None and np.dtype(v.dtype.numpy_dtype).kind in "iub")
         self.stack = self._stack_arrays()
+        #: the device kernel being read: its private arrays whose registers exceed the
+        #: work-item's, and the share of their accesses that go to the stack
+        self.spilled: frozenset[str] = frozenset()
+        self.spill_share = 0.0
         self.stores: dict[frozenset[str], set[str]] = {}
         for insn in self.knl.instructions:
             loop = frozenset(set(insn.within_inames) - set(self.local) - set(self.group)
@@ -307,6 +311,7 @@ class _Reader:
                          for key, names in streams.items())
         stmts: list[Statement] = []
         accesses: dict[Any, Access] = {}
+        self.spilled, self.spill_share = self._spills(ids)
         for i in sorted(ids):
             found = self._statement(self.knl.id_to_insn[i], gsize, lsize)
             if found is not None:
@@ -396,6 +401,8 @@ class _Reader:
             deps = frozenset(get_dependencies(_present(index)) & unrolled) if (
                 index is not None) else unrolled
             n = runs(rolled | insn_group | deps) * rate
+            if space == "spilled":  # a share of the accesses of arrays kept in registers
+                space, n = "stack", n * self.spill_share
             acc = warp_access(space, var.name, write, spans, self.hw.line_bytes,
                               self.hw.banks, self.hw.bank_bytes)
             acc = replace(acc, runs=n * warps, serial=n / groups, loop=rolled,
@@ -434,6 +441,8 @@ class _Reader:
             return "local", tv
         if tv.address_space == AddressSpace.GLOBAL:
             return "global", tv
+        if name in self.spilled:
+            return "spilled", tv
         return ("stack", tv) if name in self.stack else (None, None)
 
     def _accesses(self, insn: Any, contexts: list[dict[str, int]], vec: frozenset[str]
@@ -523,15 +532,16 @@ class _Reader:
         floats = self._float_dtypes(insn)
         return OpCounter(self._itemsize(insn), self.fast_math, self.integers), bool(floats)
 
-    def _registers(self, ids: Any) -> tuple[int, int]:
-        """Registers per work-item (an estimate: the base, plus the private arrays kept in
-        registers) and stack bytes (private arrays indexed by rolled loops)."""
+    def _private_registers(self, ids: Any) -> tuple[int, int, dict[str, int]]:
+        """Registers per work-item before any spill (the base, plus the private arrays kept
+        in registers), stack bytes of the private arrays indexed by rolled loops, and the
+        registers of each private array kept in registers."""
         from loopy.kernel.data import AddressSpace
 
         used = set()
         for i in ids:
             used |= {n for n, _ in self._accessed(self.knl.id_to_insn[i])}
-        regs, stack = self.hw.base_registers, 0
+        regs, stack, arrays = self.hw.base_registers, 0, {}
         for name in used:
             tv = self.knl.temporary_variables.get(name)
             if tv is None or tv.address_space != AddressSpace.PRIVATE:
@@ -542,6 +552,24 @@ class _Reader:
                 stack += nbytes
             else:
                 regs += math.ceil(nbytes / 4)
+                if tv.shape:
+                    arrays[name] = math.ceil(nbytes / 4)
+        return regs, stack, arrays
+
+    def _spills(self, ids: Any) -> tuple[frozenset[str], float]:
+        """The private arrays of the device kernel of *ids* kept in registers when it needs
+        more than a work-item has, and the share of their accesses the excess sends to the
+        stack (every array alike: each read a load, each write a store)."""
+        regs, _, arrays = self._private_registers(ids)
+        excess = regs - self.hw.max_registers_per_item
+        if excess <= 0 or not arrays:
+            return frozenset(), 0.0
+        return frozenset(arrays), min(1.0, excess / sum(arrays.values()))
+
+    def _registers(self, ids: Any) -> tuple[int, int]:
+        """Registers per work-item (an estimate, at most the work-item's) and stack bytes
+        (private arrays indexed by rolled loops, and the excess of the registers)."""
+        regs, stack, _ = self._private_registers(ids)
         if regs > self.hw.max_registers_per_item:
             self.notes.append(f"about {regs} registers per work-item estimated: the excess "
                               "spills to the stack")
