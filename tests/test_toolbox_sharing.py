@@ -123,7 +123,9 @@ def test_shared_defaults_compute_evaluates_result(name: str, model: str, cl_queu
 
 def test_the_model_prefers_the_shared_default() -> None:
     """The H200 model's view of the matrix-vector product (8000^2 float64): the shared
-    default near the bandwidth, one output per work-item well below it."""
+    default DRAM-bound, at 74% of the roofline (its L1 service added since the model puts
+    compute and memory in sequence; the H200 measured the default at 83%), one output per
+    work-item well below it."""
     from feinsum.prediction import predict_configuration
 
     e = _spec("ij,j->i", ("N", "N"), ("N",))
@@ -131,5 +133,5 @@ def test_the_model_prefers_the_shared_default() -> None:
     shared = generic().default(e, H200, lengths)
     alone = {**shared, "lx": 64, "rlocal": 1, "rtile": 4}
     p, q = (predict_configuration(generic(), e, c, "h200", lengths) for c in (shared, alone))
-    assert p.fraction > 0.8 and p.limit == "dram", p
+    assert p.fraction > 0.7 and p.limit == "dram", p
     assert q.seconds > 1.5 * p.seconds, (p, q)
