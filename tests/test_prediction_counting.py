@@ -310,3 +310,33 @@ def test_registers_beyond_the_work_items_spill_a_share_of_the_accesses() -> None
     update = 2 * 10 * 512 * share
     assert sorted(a.runs for a in acc) == pytest.approx(
         sorted([2 * 512 * share, 2 * 512 * share, update, update]))
+
+
+def test_independent_unrolled_copies_issue_back_to_back() -> None:
+    """An unrolled statement whose copies write other places (a register tile's
+    accumulators) has that many independent copies: a warp alone issues them one per
+    cycle of their pipe, not one per dependent-issue interval; an unrolled sum into one
+    place is a chain of one."""
+    from feinsum.prediction.model import warp_instructions
+
+    k = _read(_accumulators(64), n=64, m=10)
+    update = _statement(k, "upd")
+    assert update.ilp == 64 and update.chain
+    t = lp.make_kernel(
+        ["{[i]: 0 <= i < n}", "{[j]: 0 <= j < 16}"],
+        """
+        s = 0 {id=init}
+        s = s + a[i, j] {id=upd, dep=init}
+        out[i] = s {dep=upd}
+        """,
+        [lp.GlobalArg("a", np.float32, shape=("n", 16)),
+         lp.GlobalArg("out", np.float32, shape=("n",)),
+         lp.TemporaryVariable("s", np.float32), lp.ValueArg("n", np.int32)],
+        target=lp.PyOpenCLTarget(), lang_version=(2018, 2))
+    t = lp.tag_inames(lp.split_iname(t, "i", 32, outer_tag="g.0", inner_tag="l.0"),
+                      {"j": "unr"})
+    assert _statement(_read(t, n=64), "upd").ilp == 1
+    # the 64 updates count as 16 dependent issues (4 cycles each, one per cycle)
+    fp = update.serial_runs * update.fp
+    assert (warp_instructions(k, H200) - warp_instructions(k, H200, ilp=H200.issue_cycles)
+            == pytest.approx(fp * (1 - 1 / H200.issue_cycles)))

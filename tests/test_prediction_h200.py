@@ -142,8 +142,9 @@ def test_every_new_record_regenerates() -> None:
 
 def test_new_records_within_the_known_spread() -> None:
     """Every record within 0.12-2.5x (the worst: 0.14x, record 39, face mass dg_transposed
-    with 16 blocks, and 2.3x, record 3, the gemm_gpu default); docs/performance-model.rst
-    names the outliers."""
+    with 16 blocks, and 1.5x, record 15, gaussian4's tiled_1d default; record 3, the
+    gemm_gpu default, was 2.3x before independent copies issued back to back);
+    docs/performance-model.rst names the outliers."""
     rows = _new_current()
     bad = [(r.id, r.workload, r.recipe, round(p.seconds / r.seconds, 3)) for r, p in rows
            if not 0.12 <= p.seconds / r.seconds <= 2.5]
@@ -155,10 +156,10 @@ def test_new_spread_and_order() -> None:
     if len(rows) < 35:
         pytest.skip(f"only {len(rows)} records still generate their measured code")
     s = summarise(rows)
-    # 0.67 (0.38 before the warps' issue interval, 0.50 before DRAM and the L1 service
-    # were added to the compute side)
-    assert s.within_2x >= 0.6, s.ratios
-    assert s.geometric_error <= 1.9, s.ratios  # 1.73 (3.03, then 2.06 before)
+    # 0.71 (0.38 before the warps' issue interval, 0.50 before DRAM and the L1 service
+    # were added to the compute side, 0.67 before spills and independent copies)
+    assert s.within_2x >= 0.65, s.ratios
+    assert s.geometric_error <= 1.85, s.ratios  # 1.70 (3.03, 2.06, then 1.73 before)
     _assert_fastest_predicted_faster(rows)
 
 

@@ -58,7 +58,8 @@ class Hardware:
     barrier_cycles: float
     #: cycles between two instructions of one warp (its dependent-issue interval: an
     #: instruction waits for the result of an earlier one): what a warp's own instruction
-    #: stream costs it when no other warp of its scheduler fills the gaps
+    #: stream costs it when no other warp of its scheduler fills the gaps (independent
+    #: copies of a statement: one per cycle of their pipe)
     issue_cycles: float
     #: iterations of a rolled loop whose global reads one warp keeps in flight (the
     #: compiler's software pipelining; a read under a ``?:`` is not pipelined)

@@ -59,6 +59,9 @@ class Statement:
     itemsize: int
     #: whether it reads what it writes (an accumulation: its executions form a chain)
     chain: bool
+    #: independent copies of it in one loop body (unrolled loops whose copies write
+    #: other places): a warp issues them back to back
+    ilp: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -418,7 +421,7 @@ class _Reader:
         main = placed.pop(loops, Ops())
         out = [Statement(insn.id, group_runs * warps, group_runs * items, group_runs / groups,
                          rolled, loop_runs / groups, main.fp, main.flops, main.sfu,
-                         main.other, itemsize, chain)]
+                         main.other, itemsize, chain, self._copies(insn, unrolled))]
         for where, ops in placed.items():  # hoisted out of some of its loops
             seq = rolled & where
             n = runs(seq | insn_group | (unrolled & where))
@@ -426,6 +429,16 @@ class _Reader:
                                  n * items, n / groups, seq, runs(seq | insn_group) / groups,
                                  ops.fp, ops.flops, ops.sfu, ops.other, itemsize, False))
         return out, keyed
+
+    def _copies(self, insn: Any, unrolled: frozenset[str]) -> float:
+        """Independent copies of *insn* in one loop body: the points of its unrolled loops
+        that index what it writes (copies that write the same place form a chain)."""
+        from loopy.symbolic import get_dependencies
+
+        written: set[str] = set()
+        for a in insn.assignees:
+            written |= get_dependencies(a) & unrolled
+        return self.count(frozenset(written)) if written else 1.0
 
     def _space(self, name: str) -> tuple[str | None, Any]:
         import loopy as lp

@@ -41,7 +41,7 @@ from feinsum.devices.info import DeviceInfo
 from feinsum.errors import PredictionError
 from feinsum.prediction.accesses import Access
 from feinsum.prediction.hardware import Hardware, hardware_for
-from feinsum.prediction.kernels import DeviceKernel, KernelStats, read_kernel
+from feinsum.prediction.kernels import DeviceKernel, KernelStats, Statement, read_kernel
 
 #: warp instructions a rolled loop costs per iteration (increment, compare, branch)
 LOOP_INSTRUCTIONS = 3.0
@@ -116,19 +116,29 @@ def _latency_cycles(k: DeviceKernel, hw: Hardware) -> float:
                 body["mlp"] = 0.0
     waits = sum(b["iters"] * (b["mem"] / max(1.0, b["mlp"]) + b["arith"])
                 for b in bodies.values())
-    issue = hw.issue_cycles * warp_instructions(k, hw)
+    issue = hw.issue_cycles * warp_instructions(k, hw, ilp=hw.issue_cycles)
     return (k.barriers * hw.barrier_cycles + max(issue, waits)
             + hw.overlap * min(issue, waits))
 
 
-def warp_instructions(k: DeviceKernel, hw: Hardware) -> float:
+def warp_instructions(k: DeviceKernel, hw: Hardware, ilp: float = 1.0) -> float:
     """Instructions one warp of device kernel *k* issues over its life (a warp active in
     every statement: the busiest): its statements' arithmetic, its memory instructions
-    and address computations, its share of the loop control and checks."""
+    and address computations, its share of the loop control and checks. *ilp*: the most
+    independent copies of a statement that count as one (the arithmetic of a statement
+    with ``n`` copies counts ``1 / min(n, ilp)``)."""
     warps = k.groups * math.ceil(k.group_size / hw.subgroup)
-    n = sum(s.serial_runs * (s.fp + s.sfu + s.other) for s in k.statements)
+    n = sum(s.serial_runs * (s.fp + s.sfu + s.other) / max(1.0, min(s.ilp, ilp * _pipe_share(
+        s, hw))) for s in k.statements)
     n += sum(a.serial * _access_instructions(a) for a in k.accesses)
     return n + _control_instructions(k) / warps
+
+
+def _pipe_share(s: Statement, hw: Hardware) -> float:
+    """The share of a scheduler's issue rate the pipe of statement *s*'s arithmetic takes
+    (fp64 on Hopper: half; fp32 and integer: all)."""
+    rate = hw.fp64_per_clock if s.itemsize == 8 and s.fp else hw.fp32_per_clock
+    return min(1.0, rate / hw.issue_per_clock)
 
 
 def _access_instructions(a: Access) -> float:
