@@ -15,7 +15,8 @@ import pytest
 
 from feinsum.lowering.reduction_updates import OnNewMinimum, register_math
 from feinsum.prediction import hardware_for
-from feinsum.prediction.kernels import DeviceKernel, Statement, new_minimum_rate, read_kernel
+from feinsum.prediction.kernel_stats import DeviceKernel, Statement
+from feinsum.prediction.kernels import new_minimum_rate, read_kernel
 from feinsum.prediction.model import kernel_seconds
 from feinsum.prediction.ops import OpCounter
 

@@ -41,7 +41,8 @@ from feinsum.devices.info import DeviceInfo
 from feinsum.errors import PredictionError
 from feinsum.prediction.accesses import Access
 from feinsum.prediction.hardware import Hardware, hardware_for
-from feinsum.prediction.kernels import DeviceKernel, KernelStats, Statement, read_kernel
+from feinsum.prediction.kernel_stats import DeviceKernel, KernelStats, Statement
+from feinsum.prediction.kernels import read_kernel
 
 #: warp instructions a rolled loop costs per iteration (increment, compare, branch)
 LOOP_INSTRUCTIONS = 3.0
