@@ -110,7 +110,7 @@ def gpu_rows(form: ka.Form, device: Any, most: int, lengths: dict[str, int],
     *budget* and while the ``M`` rows (where *lengths* gives ``M``) would make fewer than
     :data:`WARPS_PER_UNIT` warps per compute unit. Each row more saves local loads; at
     ``M`` = 1e5 on a 132-unit GPU four rows per item leave 6 warps per unit, which cannot
-    hide the latencies (the H200 model: 9.2 ms at 4 rows, 4.3 ms at 1)."""
+    hide the latencies (the H200 model: 8.2 ms at 4 rows, 3.9 ms at 1)."""
     rows = most
     while rows > 1 and private_values(form, rows) > budget:
         rows //= 2
