@@ -252,14 +252,13 @@ class _Reader:
                          for key, names in streams.items())
         stmts: list[Statement] = []
         accesses: dict[Any, Access] = {}
-        self.spilled, self.spill_share = self._spills(ids)
+        registers, stack, self.spilled, self.spill_share = self._registers(ids)
         for i in sorted(ids):
             found = self._statement(self.knl.id_to_insn[i], gsize, lsize)
             if found is not None:
                 stmts.extend(found[0])
                 for key, acc in found[1]:
                     accesses.setdefault(key, acc)
-        registers, stack = self._registers(ids)
         return DeviceKernel(name, groups, group_size, self._local_bytes(ids), registers,
                             stack, tuple(stmts), tuple(accesses.values()), barriers,
                             iterations, checks, increments, self._dram_bytes(ids))
@@ -483,10 +482,13 @@ class _Reader:
         floats = self._float_dtypes(insn)
         return OpCounter(self._itemsize(insn), self.fast_math, self.integers), bool(floats)
 
-    def _private_registers(self, ids: Any) -> tuple[int, int, dict[str, int]]:
-        """Registers per work-item before any spill (the base, plus the private arrays kept
-        in registers), stack bytes of the private arrays indexed by rolled loops, and the
-        registers of each private array kept in registers."""
+    def _registers(self, ids: Any) -> tuple[int, int, frozenset[str], float]:
+        """Of the device kernel of *ids*: registers per work-item (an estimate: the base
+        and the private arrays kept in registers, at most the work-item's), stack bytes
+        (private arrays indexed by rolled loops, and the excess of the registers), and,
+        where the registers exceed the work-item's, the private arrays kept in registers
+        and the share of their accesses the excess sends to the stack (every array alike:
+        each read a load, each write a store)."""
         from loopy.kernel.data import AddressSpace
 
         used = set()
@@ -505,28 +507,14 @@ class _Reader:
                 regs += math.ceil(nbytes / 4)
                 if tv.shape:
                     arrays[name] = math.ceil(nbytes / 4)
-        return regs, stack, arrays
-
-    def _spills(self, ids: Any) -> tuple[frozenset[str], float]:
-        """The private arrays of the device kernel of *ids* kept in registers when it needs
-        more than a work-item has, and the share of their accesses the excess sends to the
-        stack (every array alike: each read a load, each write a store)."""
-        regs, _, arrays = self._private_registers(ids)
         excess = regs - self.hw.max_registers_per_item
-        if excess <= 0 or not arrays:
-            return frozenset(), 0.0
-        return frozenset(arrays), min(1.0, excess / sum(arrays.values()))
-
-    def _registers(self, ids: Any) -> tuple[int, int]:
-        """Registers per work-item (an estimate, at most the work-item's) and stack bytes
-        (private arrays indexed by rolled loops, and the excess of the registers)."""
-        regs, stack, _ = self._private_registers(ids)
-        if regs > self.hw.max_registers_per_item:
-            self.notes.append(f"about {regs} registers per work-item estimated: the excess "
-                              "spills to the stack")
-            stack += 4 * (regs - self.hw.max_registers_per_item)
-            regs = self.hw.max_registers_per_item
-        return regs, stack
+        if excess <= 0:
+            return regs, stack, frozenset(), 0.0
+        self.notes.append(f"about {regs} registers per work-item estimated: the excess "
+                          "spills to the stack")
+        share = min(1.0, excess / sum(arrays.values())) if arrays else 0.0
+        return (self.hw.max_registers_per_item, stack + 4 * excess,
+                frozenset(arrays), share)
 
     def _local_bytes(self, ids: Any) -> int:
         from loopy.kernel.data import AddressSpace
