@@ -13,9 +13,11 @@ from feinsum.lowering.reduction_updates import MATH_MODES
 from feinsum.recipes.testing import check_configuration
 
 #: Each option changed alone from the H100 default (K 64, 4 rows, unroll 16, peeled,
-#: packed, native_exp2; log-sum-exp in chunks of unroll terms, a whole tile with 64).
+#: packed, native_exp2; log-sum-exp and the lazy argmin: 2 rows, in chunks of unroll terms,
+#: a whole tile with 64).
 VARIATIONS = [{"peel": False}, {"pack": False}, {"rows": 1, "unroll": 16},
               {"rows": 2, "unroll": 4}, {"unroll": 1}, {"unroll": 64},
+              {"split": 2}, {"rows": 1, "split": 8, "unroll": 16},
               {"K": 32, "unroll": 32},
               *({"math": m} for m in MATH_MODES if m != "native_exp2")]
 WORKLOADS = ["gaussian", "gaussian4", "softmin", "nearest"]
@@ -69,8 +71,10 @@ def test_configurations_of_before_the_options_keep_their_code() -> None:
 
 @pytest.mark.parametrize("workload", WORKLOADS)
 def test_tiled_1d_gpu_default_keeps_the_device_busy(workload: str) -> None:
-    """The H200 default takes 4 rows per work-item at M = 1e6 and 1 at M = 1e5 (4 would
-    leave 6 warps per compute unit); the model predicts the 1-row default the faster there."""
+    """The H200 default takes 4 rows per work-item (log-sum-exp and the lazy argmin: 2)
+    and one work-item per row at M = 1e6; at M = 1e5 those rows would leave 6 (12) warps
+    per compute unit, so 4 (2) work-items share each row. The model predicts the default
+    faster there than the same rows unshared and than one row per work-item."""
     import feinsum
     from feinsum.prediction import predict_configuration
     from feinsum.reductions import analysis as ka
@@ -82,10 +86,14 @@ def test_tiled_1d_gpu_default_keeps_the_device_busy(workload: str) -> None:
     m = str(ka.analyze(e).m)
     lengths = dict(feinsum.canonical_lengths(w.spec.with_lengths(w.lengths)))
     assert lengths[m] == 100_000
-    assert r.default(e, model)["rows"] == 4
-    assert r.default(e, model, {**lengths, m: 1_000_000})["rows"] == 4
+    rows = 2 if workload in ("softmin", "nearest") else 4
+    assert (r.default(e, model)["rows"], r.default(e, model)["split"]) == (rows, 1)
+    big = r.default(e, model, {**lengths, m: 1_000_000})
+    assert (big["rows"], big["split"]) == (rows, 1)
     small = r.default(e, model, lengths)
-    assert small["rows"] == 1
-    four = r.check({**small, "rows": 4, "unroll": 16}, e, model)
-    assert (predict_configuration(r, e, small, "h200", lengths).seconds
-            < predict_configuration(r, e, four, "h200", lengths).seconds)
+    assert (small["rows"], small["split"]) == (rows, rows)
+    unshared = r.check({**small, "split": 1}, e, model)
+    single = r.check({**small, "rows": 1, "split": 1, "unroll": 32}, e, model)
+    seconds = {name: predict_configuration(r, e, p, "h200", lengths).seconds
+               for name, p in (("default", small), ("unshared", unshared), ("single", single))}
+    assert seconds["default"] < min(seconds["unshared"], seconds["single"]), seconds

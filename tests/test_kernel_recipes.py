@@ -105,6 +105,11 @@ CONFIGS = {
         {**T1D, "K": 32, "rows": 4, "unroll": 32, "peel": True, "math": "native_exp2"},
         {**T1D, "rows": 8, "unroll": 2, "pack": True, "math": "native"},
         {**T1D, "peel": True},
+        # work-items sharing rows (split), their partials combined: peeled and packed, or
+        # the last tile bounded with scalar j-points
+        {**T1D, "rows": 2, "split": 2, "unroll": 4, "peel": True, "pack": True,
+         "math": "exp2"},
+        {**T1D, "split": 4, "unroll": 16},
     ],
     "tiled_2d": [{"V": 8, "U": 2, "nsplit": 4, "tile": 1, "denorms_are_zero": False},
                  {"V": 4, "U": 1, "nsplit": 2, "tile": 16, "denorms_are_zero": False}],
@@ -151,6 +156,8 @@ SPECIAL_CONFIGS = [
     ("tiled_1d", T1D),
     ("tiled_1d", {**T1D, "rows": 2, "unroll": 4, "peel": True, "pack": True, "math": "exp2"}),
     ("tiled_1d", {**T1D, "K": 32, "rows": 4, "unroll": 32, "peel": True,
+                  "math": "native_exp2"}),
+    ("tiled_1d", {**T1D, "rows": 2, "split": 4, "unroll": 8, "peel": True, "pack": True,
                   "math": "native_exp2"}),
     ("tiled_2d", {"V": 4, "U": 1, "nsplit": 2, "tile": 16, "math": "native_exp2",
                   "denorms_are_zero": False}),
@@ -285,7 +292,10 @@ CLAMPED.update({
     "lazy_single": {**CLAMPED["classic"], "rows": 2, "peel": True, "lazy_index": True},
     "lazy_gpu": {**CLAMPED["gpu"], "lazy_index": True},
     "lazy_whole_tile": {**CLAMPED["classic"], "rows": 8, "unroll": 16, "peel": True,
-                        "math": "exp2", "lazy_index": True}})
+                        "math": "exp2", "lazy_index": True},
+    # work-items sharing rows: partial minima combined, ties by index across them
+    "split": {**CLAMPED["gpu"], "rows": 2, "split": 4},
+    "lazy_split": {**CLAMPED["gpu"], "split": 2, "lazy_index": True}})
 
 
 @pytest.mark.parametrize("config", sorted(CLAMPED))
@@ -310,7 +320,7 @@ def test_nan_carried_as_minus_one(config, kind, cl_context, cl_queue, rng):  # t
         np.testing.assert_array_equal(got[key], want, err_msg=key)
 
 
-@pytest.mark.parametrize("config", ["lazy_bounded", "lazy_gpu"])
+@pytest.mark.parametrize("config", ["lazy_bounded", "lazy_gpu", "lazy_split"])
 def test_lazy_index_when_every_chunk_holds_a_new_minimum(config, cl_context, cl_queue, rng):  # type: ignore[no-untyped-def]
     """j-points ever closer to every i-point (the search runs in every chunk), ties
     within and across chunks, NaN j-points after the minimum and inside a chunk."""

@@ -62,16 +62,20 @@ def _space(e: Any, device: Any) -> ParameterSpace:
     single = ok and form.dtype.itemsize == 4
     packable = ok and rt.pack_width(form) is not None
     return ParameterSpace(
-        K=PowersOfTwo(16, 1024), rows=Choice([1, 2, 4, 8]), unroll=PowersOfTwo(1, 256),
+        K=PowersOfTwo(16, 1024), rows=Choice([1, 2, 4, 8]), split=Choice([1, 2, 4, 8]),
+        unroll=PowersOfTwo(1, 256),
         peel=Boolean(), pack=Boolean(), math=Choice(list(MATH_MODES)),
         denorms_are_zero=Boolean(),
         clamp_nan=Boolean() if ka.clamps_nan(form) else Choice([False]),
         lazy_index=Boolean() if _lazy(form) else Choice([False]),
         constraints=[
-            at_most("work_group", lambda p: p["K"], device.max_work_group_size,
-                    "K <= max_work_group_size"),
-            at_most("local_memory", lambda p: rt.local_bytes(form, p["K"], p["pack"]) if ok
-                    else 0, device.local_mem_size, "K x bytes per j-point <= local_mem_size"),
+            at_most("work_group", lambda p: p["K"] * p["split"], device.max_work_group_size,
+                    "K x split <= max_work_group_size"),
+            at_most("local_memory", lambda p: rt.local_bytes(form, p["K"] * p["split"],
+                                                             p["pack"])
+                    + rt.combine_bytes(form, p["K"], p["rows"], p["split"]) if ok else 0,
+                    device.local_mem_size, "K x split x (bytes per j-point + rows x bytes "
+                    "per accumulator) <= local_mem_size"),
             at_most("registers", lambda p: rt.private_values(form, p["rows"]) if ok else 0,
                     64, "rows x (i-values + accumulators) <= 64 private values"),
             Constraint("unroll_within_tile", lambda p: p["unroll"] <= p["K"],
@@ -97,12 +101,18 @@ def _default(e: Any, device: Any, lengths: dict[str, int]) -> dict[str, Any]:
     form = ka.analyze(e)
     single = not isinstance(form, str) and form.dtype.itemsize == 4
     if device.is_cpu:
-        return {"K": min(CPU_TILE, device.max_work_group_size), "rows": 1, "unroll": 1,
+        return {"K": min(CPU_TILE, device.max_work_group_size), "rows": 1, "split": 1,
+                "unroll": 1,
                 "peel": False, "pack": False, "math": "accurate", "denorms_are_zero": single,
                 "clamp_nan": False, "lazy_index": False}
     k = min(GPU_TILE, device.max_work_group_size)
-    rows = GPU_ROWS if isinstance(form, str) else rt.gpu_rows(form, device, GPU_ROWS, lengths)
-    return {"K": k, "rows": rows, "unroll": min(k, GPU_UNROLLED // rows, GPU_UNROLL),
+    # log-sum-exp's chunks and the lazy argmin keep ``unroll`` values per row: half as many
+    chunks = not isinstance(form, str) and rt.keeps_chunks(form, _lazy(form))
+    rows, split = (GPU_ROWS, 1) if isinstance(form, str) else rt.gpu_rows(
+        form, device, GPU_ROWS // 2 if chunks else GPU_ROWS, lengths, k)
+    unrolled = GPU_UNROLLED // 2 if chunks else GPU_UNROLLED
+    return {"K": k, "rows": rows, "split": split,
+            "unroll": min(k, unrolled // rows, GPU_UNROLL),
             "peel": True,
             "pack": not isinstance(form, str) and rt.pack_width(form) is not None,
             "math": rt.default_math(form, device), "denorms_are_zero": single,
@@ -115,19 +125,21 @@ def _apply(t_unit: lp.TranslationUnit, params: dict[str, Any], e: Any, device: A
     return rt.tiled_kernel(e, rt.Tiling(
         K=params["K"], rows=params["rows"], unroll=params["unroll"], peel=params["peel"],
         pack=params["pack"], math=params["math"], clamp_nan=params["clamp_nan"],
-        lazy_index=params["lazy_index"]))
+        lazy_index=params["lazy_index"], split=params["split"]))
 
 
 def _upgrade(params: dict[str, Any]) -> dict[str, Any]:
     """A configuration of before the GPU options (``K``, ``unroll`` a boolean,
     ``denorms_are_zero``) as the plain kernel it generated; one of before ``clamp_nan``
     with the NaN tests it generated; one of before ``lazy_index`` with the index taken at
-    every term."""
+    every term; one of before ``split`` with one work-item per row."""
     if "rows" not in params and isinstance(params.get("unroll"), bool):
         params = {**params, "rows": 1, "unroll": params.get("K") if params["unroll"] else 1,
                   "peel": False, "pack": False, "math": "accurate"}
     if "clamp_nan" not in params:
         params = {**params, "clamp_nan": False}
+    if "split" not in params:
+        params = {**params, "split": 1}
     return params if "lazy_index" in params else {**params, "lazy_index": False}
 
 

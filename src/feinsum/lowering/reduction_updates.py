@@ -235,7 +235,7 @@ class Updater:
     #: term as -1 (``fmax(v, -1)``, below every other term, so that the first NaN wins by
     #: the comparison alone: no NaN tests per term; ``fmin`` keeps the minimum: one
     #: instruction each on GPUs, slower than selects in PoCL), :meth:`result` turns -1
-    #: back into NaN; terms in index order, no :meth:`combine`
+    #: back into NaN; terms in index order (:meth:`combine` orders ties by index)
     nonnegative: bool = False
 
     @property
@@ -438,8 +438,13 @@ class Updater:
         k = self.kind
         if k == "sum":
             return [(acc, prim.Sum((acc, acc2)))]
-        if self.clamps_nan:
-            raise ValueError("NaN carried as -1: no two-pass combination")
+        if self.clamps_nan:  # NaN is -1, below every term: the smaller, ties by index
+            new_acc = (acc, prim.Call(prim.Variable("fmin"), (acc, acc2)))
+            if k == "min":
+                return [new_acc]
+            take = prim.LogicalOr((prim.Comparison(acc2, "<", acc), prim.LogicalAnd((
+                prim.Comparison(acc2, "==", acc), prim.Comparison(aux2, "<", aux)))))
+            return [(aux, prim.If(take, aux2, aux)), new_acc]
         if k in ("min", "max"):
             return [(acc, select_better(acc2, acc, "<" if k == "min" else ">"))]
         if k in INDEX_REDUCTIONS:

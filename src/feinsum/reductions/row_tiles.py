@@ -38,6 +38,7 @@ from feinsum.lowering.reduction_updates import (
 )
 from feinsum.reductions import analysis as ka
 from feinsum.reductions import templates as kt
+from feinsum.reductions.row_split import combine_split
 
 _VEC2: Any = "c,vec"  # loopy parses dim_tags strings (its annotations say tag objects)
 
@@ -62,12 +63,17 @@ class Tiling:
     #: ``fmin`` per term), its index is looked for only in a chunk that holds a row's new
     #: minimum (:meth:`feinsum.lowering.reduction_updates.Updater.lazy_index`)
     lazy_index: bool = False
+    #: work-items per row along ``l.1``, each folding its share of every tile (a work-group
+    #: of ``K x split`` items, tiles of ``K x split`` points); their partial accumulators
+    #: are combined through local memory before the store
+    split: int = 1
 
     @property
     def classic(self) -> bool:
         """Whether this is the plain GpuConv1D kernel (one row per work-item, the bounds
         check in the tile loop, scalar j-variables, accurate ``exp``)."""
-        return self.rows == 1 and not self.peel and not self.pack and self.math == "accurate"
+        return (self.rows == 1 and not self.peel and not self.pack and self.math == "accurate"
+                and self.split == 1)
 
 
 def point_values(form: ka.Form) -> int:
@@ -92,6 +98,21 @@ def local_bytes(form: ka.Form, K: int, pack: bool) -> int:
     return K * sum(ka.n_short(a) * a.dtype.itemsize for a in form.j_arrays)
 
 
+def combine_bytes(form: ka.Form, K: int, rows: int, split: int) -> int:
+    """Local memory of the partial accumulators ``split > 1`` work-items per row combine."""
+    if split == 1:
+        return 0
+    per_acc = form.dtype.itemsize * (2 if form.e.reduction in (
+        "argmin", "argmax", "logsumexp") else 1)
+    return K * split * rows * len(ka.row_terms(form)) * per_acc
+
+
+def keeps_chunks(form: ka.Form, lazy_index: bool) -> bool:
+    """Whether the GPU kernel folds terms in chunks of ``unroll`` kept in registers
+    (log-sum-exp rescaling once per chunk, the lazy argmin)."""
+    return form.e.reduction == "logsumexp" or lazy_index
+
+
 def private_values(form: ka.Form, rows: int) -> int:
     """Registers (values) a work-item keeps for its rows: i-variables and accumulators."""
     per_acc = 2 if form.e.reduction in ("argmin", "argmax", "logsumexp") else 1
@@ -102,23 +123,40 @@ def private_values(form: ka.Form, rows: int) -> int:
 #: Warps per compute unit a GPU default keeps busy: 4 per scheduler of a 4-scheduler unit,
 #: what the exponential's and the local loads' latencies need.
 WARPS_PER_UNIT = 16
+#: Work-items per row a GPU default uses at most (:attr:`Tiling.split`).
+MAX_SPLIT = 8
 
 
-def gpu_rows(form: ka.Form, device: Any, most: int, lengths: dict[str, int],
-             budget: int = 64) -> int:
-    """Rows per work-item on a GPU: *most*, halved while the private values exceed
-    *budget* and while the ``M`` rows (where *lengths* gives ``M``) would make fewer than
-    :data:`WARPS_PER_UNIT` warps per compute unit. Each row more saves local loads; at
-    ``M`` = 1e5 on a 132-unit GPU four rows per item leave 6 warps per unit, which cannot
-    hide the latencies (the H200 model: 8.2 ms at 4 rows, 3.9 ms at 1)."""
+def gpu_rows(form: ka.Form, device: Any, most: int, lengths: dict[str, int], K: int = 64,
+             budget: int = 64) -> tuple[int, int]:
+    """Rows per work-item and work-items per row (``split``) on a GPU, for work-groups of
+    ``K`` work-items per split: *most* rows, halved while the private values exceed
+    *budget*; then, where ``M`` (the spec's, or *lengths*') rows would make fewer than
+    :data:`WARPS_PER_UNIT` warps per compute unit, ``split`` doubled (up to
+    :data:`MAX_SPLIT`, the work-group and local memory permitting) and, past that, rows
+    halved. Each row more saves local loads; a split keeps the warps a device needs to
+    hide the latencies: at ``M`` = 1e5 on a 132-unit GPU four rows per item and one item
+    per row leave 6 warps per unit (the H200 model: 8.2 ms; 3.9 ms at one row, 2.8 ms at
+    four rows split four ways)."""
     rows = most
     while rows > 1 and private_values(form, rows) > budget:
         rows //= 2
     m = form.m if isinstance(form.m, int) else lengths.get(str(form.m))
+    if m is None:
+        return rows, 1
     lanes = (device.subgroup_width or 32) * WARPS_PER_UNIT * (device.compute_units or 1)
-    while m is not None and rows > 1 and m < rows * lanes:
+
+    def fits(split: int) -> bool:
+        return (split <= MAX_SPLIT and K * split <= (device.max_work_group_size or 256)
+                and local_bytes(form, K * split, pack_width(form) is not None)
+                + combine_bytes(form, K, rows, split) <= (device.local_mem_size or 16384))
+
+    split = 1
+    while m * split < rows * lanes and fits(2 * split):
+        split *= 2
+    while rows > 1 and m * split < rows * lanes:
         rows //= 2
-    return rows
+    return rows, split
 
 
 #: Vendors whose ``native_exp2`` is the hardware's base-2 exponential at about 2 ulp (NVIDIA's
@@ -207,7 +245,12 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
         raise InvalidConfigurationError(
             "lazy_index needs an argmin over terms never negative with clamp_nan: set it "
             "to false for this einsum")
-    K, R = t.K, t.rows
+    K, R, S = t.K, t.rows, t.split
+    T = K * S  # points per tile
+    split_inames = ("js",) if S > 1 else ()
+
+    def in_tile(x: Any) -> Any:  # a point of the tile: after the shares of items js' < js
+        return kt.var("js") * K + x if S > 1 else x
     width = pack_width(form) if t.pack else None
     mexpr, nexpr = kt.length_expr(form.m), kt.length_expr(form.n)
     io, il = kt.var("io"), kt.var("il")
@@ -233,7 +276,7 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
 
     temps: list[Any] = []
     insns: list[Any] = []
-    row_inames = frozenset({"io", "il"})
+    row_inames = frozenset({"io", "il", *split_inames})
     pack_ids = []
     for a in form.i_arrays:
         ns = ka.n_short(a)
@@ -247,15 +290,16 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                                            within_inames=row_inames))
                 pack_ids.append(pid)
     if width:
-        temps.append(lp.TemporaryVariable("jp_l", form.j_arrays[0].dtype, shape=(K, width),
+        temps.append(lp.TemporaryVariable("jp_l", form.j_arrays[0].dtype, shape=(T, width),
                                           dim_tags=_VEC2, address_space=loc))
     else:
-        temps += [lp.TemporaryVariable(f"{a.name}_l", a.dtype, shape=(K, ka.n_short(a)),
+        temps += [lp.TemporaryVariable(f"{a.name}_l", a.dtype, shape=(T, ka.n_short(a)),
                                        address_space=loc) for a in form.j_arrays]
 
     def loads(tile: str, jl: str, tag: str, clamp: bool, after: frozenset[str]
               ) -> list[str]:
-        point = kt.var(tile) * K + kt.var(jl)
+        slot = in_tile(kt.var(jl))
+        point = kt.var(tile) * T + slot
         ids = []
         for a in form.j_arrays:
             for s in range(ka.n_short(a)):
@@ -264,8 +308,9 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                 if (a.name, s) in scales:
                     src = prim.Product((scales[a.name, s], src))
                 lid = f"load{tag}_{a.name}_{s}"
-                insns.append(lp.Assignment(local_ref(a.name, kt.var(jl), s), src, id=lid,
-                                           within_inames=frozenset({"io", tile, jl}),
+                insns.append(lp.Assignment(local_ref(a.name, slot, s), src, id=lid,
+                                           within_inames=frozenset({"io", tile, jl,
+                                                                    *split_inames}),
                                            depends_on=after))
                 ids.append(lid)
         return ids
@@ -275,7 +320,7 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
         rewrite_math(f, t.math, form.dtype, lambda x: not ka.depends_on(x, variant))
         for f in term.factors)) for term in ka.row_terms(form)]
     lazy = t.lazy_index
-    chunked = (e.reduction == "logsumexp" and not t.classic) or lazy
+    chunked = keeps_chunks(form, lazy) and not t.classic
     U = min(t.unroll, K) if chunked else 1
     if chunked and not lazy and is_base2(t.math):  # log-sum-exp in base 2: log2 e folded in
         terms = [ka.RowTerm(term.row, term.short, (scale_value(
@@ -329,9 +374,10 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
         """The val/update statements of one tile loop: the last update id of each (row,
         term) accumulator, and the ids of the statements reading local memory. *chunk*:
         (chunk loop, terms per chunk) of chunked log-sum-exp."""
-        point = kt.var(jj) if chunk is None else kt.var(chunk[0]) * chunk[1] + kt.var(jj)
-        jrow = kt.var(tile) * K + point
-        hot = frozenset({"io", "il", tile, jj, *(chunk[:1] if chunk else ())})
+        point = in_tile(kt.var(jj) if chunk is None else
+                        kt.var(chunk[0]) * chunk[1] + kt.var(jj))
+        jrow = kt.var(tile) * T + point
+        hot = frozenset({"io", "il", tile, jj, *split_inames, *(chunk[:1] if chunk else ())})
         preds = frozenset[Any]({prim.Comparison(jrow, "<", nexpr)}) if bounded and not (
             chunk) else frozenset()
         last: dict[tuple[int, int], str] = {}
@@ -420,7 +466,8 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
         """Chunked log-sum-exp of accumulator (r, k): the chunk's values (-inf past N when
         *jrow* is given), their maximum, the sum moved to it, one exp per term."""
         jo = chunk[0]
-        sfx, inames = f"{tile}_{k}{suffix(r)}", frozenset({"io", "il", tile, jo})
+        sfx, inames = f"{tile}_{k}{suffix(r)}", frozenset({"io", "il", tile, jo,
+                                                           *split_inames})
         acc, aux, sh, new = (kt.sub(x, *at(r, k)) for x in ("acc", "aux", "shift", "new"))
         vid = chunk_values(r, k, sfx, inames, jj, value, jrow, -np.inf, inputs, readers)
         prev = {*init_ids, *chunk_last.get((r, k), ())}
@@ -441,7 +488,8 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
         when *jrow* is given), their minimum, and in a branch taken only when it is below
         the accumulator the index of the first term equal to it."""
         jo, size = chunk
-        sfx, inames = f"{tile}_{k}{suffix(r)}", frozenset({"io", "il", tile, jo})
+        sfx, inames = f"{tile}_{k}{suffix(r)}", frozenset({"io", "il", tile, jo,
+                                                           *split_inames})
         acc, aux, best = (kt.sub(x, *at(r, k)) for x in ("acc", "aux", "new"))
         hit = kt.var(f"hit_{k}{suffix(r)}")
         vid = chunk_values(r, k, sfx, inames, jj, upd.carried(value), jrow, np.inf, inputs,
@@ -455,7 +503,7 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
                               after={mins[-1].id})
         find = kt.assignments(upd.lazy_index(
             aux, kt.sub("val", *at(r, k), back), best,
-            kt.var(tile) * K + kt.var(jo) * size + back), f"find_{sfx}",
+            kt.var(tile) * T + in_tile(kt.var(jo) * size + back)), f"find_{sfx}",
             inames | {f"{jj}f{r}"}, after={test[0].id, vid, *prev}, chain=True,
             predicates=frozenset({hit}), tags=frozenset({OnNewMinimum()}))
         take = kt.assignments([(acc, best)], f"upd_{sfx}", inames,
@@ -485,10 +533,10 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
             domains += [f"{{[jl2, jo2]: 0 <= jl2, jo2 < {K}}}",
                         f"{{[{', '.join(chunk_inames('ju2'))}]: 0 <= "
                         f"{', '.join(chunk_inames('ju2'))} < 1}}",
-                        f"{pre}{{[jt]: 0 <= jt and {K}*jt + {K} <= {form.n}}}",
-                        f"{pre}{{[jt2]: 0 <= jt2 and {K}*jt2 < {form.n} < {K}*jt2 + {K}}}"]
+                        f"{pre}{{[jt]: 0 <= jt and {T}*jt + {T} <= {form.n}}}",
+                        f"{pre}{{[jt2]: 0 <= jt2 and {T}*jt2 < {form.n} < {T}*jt2 + {T}}}"]
         else:
-            domains.append(f"{pre}{{[jt]: 0 <= jt and {K}*jt < {form.n}}}")
+            domains.append(f"{pre}{{[jt]: 0 <= jt and {T}*jt < {form.n}}}")
     elif t.peel:
         main_loads = loads("jt", "jl", "", False, frozenset())
         last, readers = updates("jt", "jj", "", False, {}, frozenset(main_loads))
@@ -496,24 +544,29 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
         last, _ = updates("jt2", "jj2", "_tail", True, last, frozenset(tail_loads))
         domains += [
             f"{{[il, jl, jj, jl2, jj2]: 0 <= il, jl, jj, jl2, jj2 < {K}}}",
-            f"{pre}{{[jt]: 0 <= jt and {K}*jt + {K} <= {form.n}}}",
-            f"{pre}{{[jt2]: 0 <= jt2 and {K}*jt2 < {form.n} < {K}*jt2 + {K}}}",
+            f"{pre}{{[jt]: 0 <= jt and {T}*jt + {T} <= {form.n}}}",
+            f"{pre}{{[jt2]: 0 <= jt2 and {T}*jt2 < {form.n} < {T}*jt2 + {T}}}",
         ]
     else:
         last, _ = updates("jt", "jj", "", True, {},
                           frozenset(loads("jt", "jl", "", True, frozenset())))
         domains += [f"{{[il, jl, jj]: 0 <= il, jl, jj < {K}}}",
-                    f"{pre}{{[jt]: 0 <= jt and {K}*jt < {form.n}}}"]
+                    f"{pre}{{[jt]: 0 <= jt and {T}*jt < {form.n}}}"]
     update_ids = [x for x in (a.id for a in insns) if x.startswith("upd")]
+    state = "shift" if chunked and not lazy else "acc"
+    if S > 1:
+        update_ids = combine_split(form, upd, S, K, R, nt, state, row_inames, update_ids,
+                                    temps, insns)
+        domains.append(f"{{[js, jsc]: 0 <= js < {S} and 1 <= jsc < {S}}}")
     for r in range(R):
-        store_pred = frozenset[Any]({prim.Comparison(row(r), "<", mexpr)})
+        store_pred = frozenset[Any]({prim.Comparison(row(r), "<", mexpr), *(
+            [prim.Comparison(kt.var("js"), "==", 0)] if S > 1 else [])})
         for k, term in enumerate(terms):
-            stores = kt.output_stores(form, upd, term, row(r), kt.sub(
-                "shift" if chunked and not lazy else "acc", *at(r, k)), kt.sub("aux", *at(
-                    r, k)))
+            stores = kt.output_stores(form, upd, term, row(r), kt.sub(state, *at(r, k)),
+                                      kt.sub("aux", *at(r, k)))
             insns += kt.assignments(stores, f"store_{k}{suffix(r)}", row_inames,
                                     after=update_ids, predicates=store_pred)
-    tags = {"io": "g.0", "il": "l.0", "jl": "l.0"}
+    tags = {"io": "g.0", "il": "l.0", "jl": "l.0", **({"js": "l.1"} if S > 1 else {})}
     if t.peel:
         tags["jl2"] = "l.0"
     if chunked:
@@ -521,10 +574,12 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
             chunk_inames("ju2") if t.peel else ()))})
     elif t.unroll >= K:
         tags["jj"] = "unr"
-    knl = kt.template_kernel(e, domains, insns, temps, tags)
+    knl = kt.template_kernel(e, domains, insns, temps, tags, silenced=(
+        "read_no_write(*)", *(("write_race(store_*)",) if S > 1 else ())))
     if 1 < t.unroll < K and not chunked:
         import loopy as lp
 
         knl = lp.split_iname(knl, "jj", t.unroll, inner_tag="unr")
         knl = lp.prioritize_loops(knl, "jt,jj_outer,jj_inner")
     return register_math(knl, t.math)
+
