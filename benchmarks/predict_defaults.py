@@ -9,10 +9,13 @@ For every reference workload (:func:`feinsum.tuning.workloads.workloads`, at its
 and every recipe that applies to the workload on that model, the recipe's default
 configuration for the model is generated and predicted
 (:func:`feinsum.prediction.predict_configuration`): time, fraction of the roofline, the
-bounding resource. The recipe the hook picks when the database is empty (the first
-applicable one in :data:`feinsum.hook.PREFERENCE`) is marked ``*``. This is how GPU
-schedules are judged in a session without a GPU; ``benchmarks/bench_gpu.py`` measures them
-when one is lent. Rows are printed as they are predicted (a default takes 1-50 s).
+bounding resource, and the best fraction of the roofline the model allows any one-kernel
+schedule (:func:`feinsum.prediction.floor_seconds`: one launch, the roofline's flops and
+bytes in sequence as far as the hardware keeps them). The recipe the hook picks when the
+database is empty (the first applicable one in :data:`feinsum.hook.PREFERENCE`) is marked
+``*``. This is how GPU schedules are judged in a session without a GPU;
+``benchmarks/bench_gpu.py`` measures them when one is lent. Rows are printed as they are
+predicted (a default takes 1-50 s).
 
 ``--rst FILE`` also writes the table as reStructuredText (for the docs). ``--sample N``
 checks that each default is the best schedule the model knows of: it also predicts ``N``
@@ -35,10 +38,10 @@ from typing import Any
 import feinsum
 from feinsum.devices.models import MODELS
 from feinsum.hook import ordered_recipes
-from feinsum.prediction import predict_configuration
+from feinsum.prediction import floor_seconds, predict_configuration
 from feinsum.tuning.workloads import FAMILIES, workloads
 
-HEADER = ("workload", "model", "recipe", "predicted", "roofline", "bound by")
+HEADER = ("workload", "model", "recipe", "predicted", "roofline", "bound by", "model's best")
 SAMPLED = ("best sampled", "default / best", "best configuration", "not predicted")
 
 
@@ -81,9 +84,10 @@ def _rows(args: argparse.Namespace):  # type: ignore[no-untyped-def]
                 p = predict_configuration(r, spec, r.default(spec, info, lengths), model,
                                           lengths)
                 mark = "*" if r.name == hook_pick else ""
+                best = p.roofline_seconds / floor_seconds(spec, lengths, model)
                 row: tuple[str, ...] = (w.name, model, r.name + mark,
                                         f"{p.seconds * 1e3:.4g} ms", f"{p.fraction:.0%}",
-                                        p.limit)
+                                        p.limit, f"{best:.0%}")
                 if args.sample:
                     t, config, failed = _best_sampled(r, spec, info, model, lengths,
                                                       args.sample, args.seed)

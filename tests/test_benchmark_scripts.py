@@ -44,7 +44,7 @@ CASES = {
                            "--only", "nn"], ["feinsum"]),
     "predict_defaults": (["predict_defaults.py", "--family", "dg", "--model", "h200",
                           "--workload", "local", "--recipe", "dg_nodes", "--rst", "t.rst"],
-                         ["local\th200\tdg_nodes*", "%", " ms"]),
+                         ["local\th200\tdg_nodes*", "%", " ms", "model's best"]),
     "predict_programs": (["predict_programs.py", "--elements", "64", "--only", "DG step"],
                          ["DG step\th200\t", "x\t", "nothing measured"]),
     "query": (["bench_query.py", "--n", "500", "--repeat", "2"], ["best"]),

@@ -264,4 +264,29 @@ def test_configurations_of_every_model() -> None:
                               lengths)
 
 
+@pytest.mark.parametrize(("workload", "recipe", "best"), [
+    ("local", "dg_nodes", (0.45, 0.55)), ("divergence", "dg_nodes", (0.45, 0.55)),
+    ("gemm", "gemm_gpu", (0.8, 0.95)), ("gaussian", "tiled_1d", (0.99, 1.0)),
+    ("inner", "split_reduction", (0.9, 1.0))])
+def test_no_schedule_beats_the_models_floor(workload: str, recipe: str,
+                                            best: tuple[float, float]) -> None:
+    """floor_seconds: one launch and the roofline's flops and bytes in sequence (Hopper
+    does not overlap them). The GPU defaults are predicted no faster; the floor is about
+    half the roofline's pace for the fp64 DG operators at E = 5e4 (flops and bytes alike,
+    plus a launch of 2.5 us beside 6.5 us of DRAM), near it for the compute-bound
+    Gaussian and the DRAM-bound inner product."""
+    from feinsum.prediction import floor_seconds, roofline_seconds
+    from feinsum.tuning.workloads import workloads
+
+    w = workloads(gpu=True)[workload]
+    e = feinsum.canonicalize(w.spec)
+    lengths = feinsum.canonical_lengths(w.spec.with_lengths(w.lengths))
+    r = feinsum.get_recipe(recipe)
+    p = predict_configuration(r, e, r.default(e, MODELS["h200"].info, lengths), "h200",
+                              lengths)
+    floor = floor_seconds(e, lengths, "h200")
+    assert p.seconds >= floor
+    assert best[0] <= roofline_seconds(e, lengths, "h200") / floor <= best[1]
+
+
 # }}}

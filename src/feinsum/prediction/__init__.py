@@ -2,9 +2,13 @@
 (loopy's statistics, per-warp memory transactions, the hardware's pipes) without running it.
 docs/performance-model.rst describes it, its calibration on the H200 and how to use it."""
 
-from feinsum.prediction.configuration import predict_configuration, roofline_seconds
+from feinsum.prediction.configuration import (
+    floor_seconds,
+    predict_configuration,
+    roofline_seconds,
+)
 from feinsum.prediction.hardware import HARDWARE, Hardware, hardware_for
 from feinsum.prediction.model import RESOURCES, Prediction, predict
 
-__all__ = ["HARDWARE", "RESOURCES", "Hardware", "Prediction", "hardware_for", "predict",
-           "predict_configuration", "roofline_seconds"]
+__all__ = ["HARDWARE", "RESOURCES", "Hardware", "Prediction", "floor_seconds", "hardware_for",
+           "predict", "predict_configuration", "roofline_seconds"]
