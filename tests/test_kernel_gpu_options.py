@@ -97,3 +97,21 @@ def test_tiled_1d_gpu_default_keeps_the_device_busy(workload: str) -> None:
     seconds = {name: predict_configuration(r, e, p, "h200", lengths).seconds
                for name, p in (("default", small), ("unshared", unshared), ("single", single))}
     assert seconds["default"] < min(seconds["unshared"], seconds["single"]), seconds
+
+
+def test_split_out_of_range_is_named() -> None:
+    """A split not offered, one that makes a work-group too large, one whose partial
+    accumulators exceed local memory: each refused with the constraint it violates."""
+    import feinsum
+    from feinsum.tuning.workloads import workloads
+
+    r, model = recipes()["tiled_1d"], MODELS["h200"].info
+    e = feinsum.canonicalize(workloads(gpu=True)["softmin"].spec)
+    default = r.default(e, model)
+    with pytest.raises(feinsum.InvalidConfigurationError, match="'split': 3 is not one of"):
+        r.check({**default, "split": 3}, e, model)
+    with pytest.raises(feinsum.InvalidConfigurationError,
+                       match=r"'work_group' \(K x split <= max_work_group_size\): 2048 > 1024"):
+        r.check({**default, "K": 256, "split": 8}, e, model)
+    with pytest.raises(feinsum.InvalidConfigurationError, match="'local_memory'"):
+        r.check({**default, "K": 512, "split": 2, "rows": 8, "unroll": 4}, e, model)
