@@ -268,14 +268,14 @@ def test_few_rows_block_limits() -> None:
     e = make_spec("sum", np.dtype(np.float32)).with_lengths({"M": 64})
     r, dev = recipe("tiled_2d_gpu"), MODELS["h200"].info
     assert r.applies(e, dev) is None
-    assert r.default(e, dev)["R"] == 22
+    assert r.default(e, dev)["R"] == 8  # 8 blocks of 8 rows (22 rows' values would fit)
     with pytest.raises(SpecificationError, match="R <= min"):
         few_rows_kernel(e, 32, 4, R=33)
     with pytest.raises(feinsum.InvalidConfigurationError, match="'R': 25 is not in integers"):
         r.space(e, dev).validate({**r.default(e, dev), "R": 25})
     line = kernel_reduction("exp(-sqdist(x, y)) * b", i_vars={"x": 1},
                             j_vars={"y": 1, "b": 1}, dtype=np.float32).with_lengths({"M": 64})
-    assert r.default(line, dev)["R"] == 32  # 48 rows' values fit, K = 128: 2 blocks of 32
+    assert r.default(line, dev)["R"] == 8  # 48 rows' values fit: still blocks of 8
     with pytest.raises(feinsum.InvalidConfigurationError, match="R <= K"):
         r.space(line, dev).validate({**r.default(line, dev), "K": 32, "R": 40})
 
@@ -380,3 +380,22 @@ def test_clamp_nan_only_where_terms_are_never_negative(cl_context) -> None:  # t
     x = __import__("pymbolic").primitives.Variable("x")
     assert nonnegative(x * x) and nonnegative(x**2 + 3) and not nonnegative(x * x - 1)
     assert not nonnegative(x) and not nonnegative(-1 * x * x)
+
+
+def test_few_rows_default_keeps_the_device_busy() -> None:
+    """tiled_2d_gpu's H200 default at the GPU size (M = 64, N = 1e6): blocks of 8 rows and
+    about 32 warps per compute unit (G = 128: 1024 work-groups of 128); the model predicts
+    it faster than the fewest blocks (3 of 22 rows, the default before) and than 4 rows."""
+    from feinsum.devices.models import MODELS
+    from feinsum.prediction import predict_configuration
+    from feinsum.tuning.workloads import workloads
+
+    w = workloads(gpu=True)["fewrows"]
+    e = feinsum.canonicalize(w.spec)
+    lengths = feinsum.canonical_lengths(w.spec.with_lengths(w.lengths))
+    r, dev = recipe("tiled_2d_gpu"), MODELS["h200"].info
+    default = r.default(e, dev, lengths)
+    assert (default["K"], default["G"], default["R"]) == (128, 128, 8)
+    seconds = {R: predict_configuration(r, e, r.check({**default, "R": R}, e, dev), "h200",
+                                        lengths).seconds for R in (4, 8, 22)}
+    assert seconds[8] < min(seconds[4], seconds[22]), seconds
