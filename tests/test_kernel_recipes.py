@@ -399,3 +399,20 @@ def test_few_rows_default_keeps_the_device_busy() -> None:
     seconds = {R: predict_configuration(r, e, r.check({**default, "R": R}, e, dev), "h200",
                                         lengths).seconds for R in (4, 8, 22)}
     assert seconds[8] < min(seconds[4], seconds[22]), seconds
+
+
+@pytest.mark.parametrize("config", ["lazy_bounded", "lazy_single", "lazy_split"])
+def test_lazy_index_looks_once_per_chunk(config) -> None:  # type: ignore[no-untyped-def]
+    """Every lazy configuration, the plain kernel's shape included, generates the chunked
+    search: the chunk's minimum first, its index only in a branch (``hit_``)."""
+    import loopy as lp
+
+    from feinsum.reductions.row_tiles import Tiling, tiled_kernel
+
+    closest = make_spec("argmin", np.dtype(np.float32))
+    p = CLAMPED[config]
+    knl = tiled_kernel(closest, Tiling(**{k: p[k] for k in (
+        "K", "rows", "unroll", "peel", "pack", "math", "clamp_nan", "lazy_index")},
+        split=p.get("split", 1)))
+    code = lp.generate_code_v2(knl).device_code()
+    assert "hit_0" in code and "fmin" in code, config

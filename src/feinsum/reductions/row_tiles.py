@@ -320,7 +320,7 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
         rewrite_math(f, t.math, form.dtype, lambda x: not ka.depends_on(x, variant))
         for f in term.factors)) for term in ka.row_terms(form)]
     lazy = t.lazy_index
-    chunked = keeps_chunks(form, lazy) and not t.classic
+    chunked = (keeps_chunks(form, False) and not t.classic) or lazy
     U = min(t.unroll, K) if chunked else 1
     if chunked and not lazy and is_base2(t.math):  # log-sum-exp in base 2: log2 e folded in
         terms = [ka.RowTerm(term.row, term.short, (scale_value(
@@ -582,4 +582,3 @@ def tiled_kernel(e: Any, t: Tiling) -> Any:
         knl = lp.split_iname(knl, "jj", t.unroll, inner_tag="unr")
         knl = lp.prioritize_loops(knl, "jt,jj_outer,jj_inner")
     return register_math(knl, t.math)
-
