@@ -7,7 +7,9 @@ point each), a barrier, then every work-item folds the tile's terms into the pri
 accumulators of its rows, a barrier (:mod:`feinsum.reductions.row_tiles`). GPU options:
 ``peel`` the last tile (no bounds check in the main tile loop), ``unroll`` the in-tile
 loop, ``pack`` each j-point into one vector of local memory (one wide load), ``rows`` per
-work-item (a j-point read serves several pairs), ``math`` the ``exp``/``log`` flavour
+work-item (a j-point read serves several pairs), ``split`` work-items per row (along ``l.1``,
+each folding its share of every tile; their partials combined in local memory: rows per
+item without too few warps), ``math`` the ``exp``/``log`` flavour
 (``native``, or ``exp2`` with the constant folded), ``clamp_nan`` (a min/argmin over terms
 never negative, such as squared distances: a NaN term carried as -1, one ``fmax`` and one
 ``fmin`` per pair instead of NaN tests; GPUs only by default, PoCL's ``fmin``/``fmax`` are

@@ -14,7 +14,9 @@ that the main tile loop has no bounds check (and the compiler can unroll it);
 ``unroll`` the in-tile loop by a factor (``K``: completely); ``pack`` each j-point's
 values into one OpenCL vector of local memory (``float4`` (y0, y1, y2, b): one wide load
 instead of four); ``math`` the ``exp``/``log`` flavour
-(:data:`feinsum.lowering.reduction_updates.MATH_MODES`). With every option off
+(:data:`feinsum.lowering.reduction_updates.MATH_MODES`); ``split`` work-items per row along
+``l.1`` (tiles of ``K x split`` points, each item folding its ``K``; their partials pooled
+by :mod:`feinsum.reductions.row_split`). With every option off
 (:attr:`Tiling.classic`) the code is the plain GpuConv1D kernel: the last tile padded and
 its missing terms skipped by a bounds check in the loop.
 """
