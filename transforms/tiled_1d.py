@@ -73,9 +73,8 @@ def _space(e: Any, device: Any) -> ParameterSpace:
         constraints=[
             at_most("work_group", lambda p: p["K"] * p["split"], device.max_work_group_size,
                     "K x split <= max_work_group_size"),
-            at_most("local_memory", lambda p: rt.local_bytes(form, p["K"] * p["split"],
-                                                             p["pack"])
-                    + rt.combine_bytes(form, p["K"], p["rows"], p["split"]) if ok else 0,
+            at_most("local_memory", lambda p: rt.group_local_bytes(
+                form, p["K"], p["rows"], p["split"], p["pack"]) if ok else 0,
                     device.local_mem_size, "K x split x (bytes per j-point + rows x bytes "
                     "per accumulator) <= local_mem_size"),
             at_most("registers", lambda p: rt.private_values(form, p["rows"]) if ok else 0,

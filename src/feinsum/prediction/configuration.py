@@ -10,7 +10,7 @@ from typing import Any
 
 from feinsum.devices.info import DeviceInfo
 from feinsum.errors import InvalidConfigurationError, PredictionError, RecipeFailure
-from feinsum.prediction.hardware import hardware_for
+from feinsum.prediction.hardware import Hardware, hardware_for
 from feinsum.prediction.model import Prediction, kernel_seconds, predict
 from feinsum.spec.model import BatchedEinsum
 
@@ -23,15 +23,14 @@ def _device(device: DeviceInfo | str) -> DeviceInfo:
     return get_model(device)
 
 
-def _roofline_parts(spec: BatchedEinsum, lengths: Mapping[str, int],
-                    device: DeviceInfo | str) -> tuple[float, float]:
-    """Seconds of *spec*'s roofline flops at the peak and of its bytes at the sustained
+def _roofline_parts(spec: BatchedEinsum, lengths: Mapping[str, int], hw: Hardware
+                    ) -> tuple[float, float]:
+    """Seconds of *spec*'s roofline flops at *hw*'s peak and of its bytes at the sustained
     bandwidth (:func:`feinsum.spec.costs.roofline_work`)."""
     import numpy as np
 
     from feinsum.spec.costs import roofline_work
 
-    hw = hardware_for(device)
     w = roofline_work(spec.with_lengths(dict(lengths)) if spec.length_symbols else spec)
     flops = w.flops / hw.peak_flops(np.dtype(w.dtype).itemsize)
     return flops, w.bytes / hw.dram_bandwidth if hw.dram_bandwidth > 0 else 0.0
@@ -42,7 +41,7 @@ def roofline_seconds(spec: BatchedEinsum, lengths: Mapping[str, int],
     """The roofline's time of *spec* at *lengths* on *device*'s hardware: the flops, bytes
     and dtype the tuner and the database rate it by (:func:`feinsum.spec.costs.roofline_work`)
     over the hardware's peak and sustained bandwidth."""
-    return max(_roofline_parts(spec, lengths, device))
+    return max(_roofline_parts(spec, lengths, hardware_for(device)))
 
 
 def floor_seconds(spec: BatchedEinsum, lengths: Mapping[str, int],
@@ -54,7 +53,7 @@ def floor_seconds(spec: BatchedEinsum, lengths: Mapping[str, int],
     Its :func:`roofline_seconds` over it is the best fraction of the roofline a schedule
     can be predicted at."""
     hw = hardware_for(device)
-    flops, dram = _roofline_parts(spec, lengths, device)
+    flops, dram = _roofline_parts(spec, lengths, hw)
     return kernel_seconds({"fp": flops, "dram": dram}, hw)[0] + hw.launch_seconds
 
 

@@ -237,6 +237,13 @@ def row_terms(form: Form, *, unroll_short: bool = True) -> list[RowTerm]:
     return terms
 
 
+def accumulator_values(form: Form) -> int:
+    """Values a row's accumulators take: one per row term, two where the reduction keeps a
+    second one (argmin/argmax's index, log-sum-exp's sum)."""
+    per_term = 2 if form.e.reduction in ("argmin", "argmax", "logsumexp") else 1
+    return per_term * len(row_terms(form))
+
+
 def product(factors: Sequence[Any]) -> Any:
     """The product of ``factors`` (the factor itself when there is one)."""
     factors = list(factors)

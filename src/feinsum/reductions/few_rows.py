@@ -63,8 +63,7 @@ def _i_reads(form: ka.Form) -> list[prim.Subscript]:
 
 def row_values(form: ka.Form) -> int:
     """Private values a work-item keeps per row of its block: i-values and accumulators."""
-    per_acc = 2 if form.e.reduction in ("argmin", "argmax", "logsumexp") else 1
-    return len(_i_reads(form)) + per_acc * len(ka.row_terms(form))
+    return len(_i_reads(form)) + ka.accumulator_values(form)
 
 
 def max_block(form: ka.Form) -> int:

@@ -100,13 +100,12 @@ def local_bytes(form: ka.Form, K: int, pack: bool) -> int:
     return K * sum(ka.n_short(a) * a.dtype.itemsize for a in form.j_arrays)
 
 
-def combine_bytes(form: ka.Form, K: int, rows: int, split: int) -> int:
-    """Local memory of the partial accumulators ``split > 1`` work-items per row combine."""
-    if split == 1:
-        return 0
-    per_acc = form.dtype.itemsize * (2 if form.e.reduction in (
-        "argmin", "argmax", "logsumexp") else 1)
-    return K * split * rows * len(ka.row_terms(form)) * per_acc
+def group_local_bytes(form: ka.Form, K: int, rows: int, split: int, pack: bool) -> int:
+    """Local memory of a work-group: a tile of ``K x split`` j-points and, with
+    ``split > 1``, the partial accumulators its work-items pool (an index as wide as a
+    value)."""
+    pooled = K * split * rows * ka.accumulator_values(form) * form.dtype.itemsize
+    return local_bytes(form, K * split, pack) + (pooled if split > 1 else 0)
 
 
 def keeps_chunks(form: ka.Form, lazy_index: bool) -> bool:
@@ -117,9 +116,8 @@ def keeps_chunks(form: ka.Form, lazy_index: bool) -> bool:
 
 def private_values(form: ka.Form, rows: int) -> int:
     """Registers (values) a work-item keeps for its rows: i-variables and accumulators."""
-    per_acc = 2 if form.e.reduction in ("argmin", "argmax", "logsumexp") else 1
     i_vals = sum(ka.n_short(a) for a in form.i_arrays)
-    return rows * (i_vals + per_acc * len(ka.row_terms(form)))
+    return rows * (i_vals + ka.accumulator_values(form))
 
 
 #: Warps per compute unit a GPU default keeps busy: 4 per scheduler of a 4-scheduler unit,
@@ -150,8 +148,8 @@ def gpu_rows(form: ka.Form, device: Any, most: int, lengths: dict[str, int], K: 
 
     def fits(split: int) -> bool:
         return (split <= MAX_SPLIT and K * split <= (device.max_work_group_size or 256)
-                and local_bytes(form, K * split, pack_width(form) is not None)
-                + combine_bytes(form, K, rows, split) <= (device.local_mem_size or 16384))
+                and group_local_bytes(form, K, rows, split, pack_width(form) is not None)
+                <= (device.local_mem_size or 16384))
 
     split = 1
     while m * split < rows * lanes and fits(2 * split):
