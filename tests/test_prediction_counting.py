@@ -168,6 +168,36 @@ def test_the_components_of_a_vector_are_one_load() -> None:
     assert r.lane_bytes == 16 and r.wavefronts == 1 and r.runs == 2 * 32
 
 
+def test_a_vector_read_by_an_unrolled_component_loop_is_one_load() -> None:
+    """Both components of a local ``float2`` fetched by a loop over them (unrolled) into
+    registers, as dg_nodes' ``pairs`` fetch: one vector load per pair, not one per
+    component; rolled, the component loop is a load per component."""
+    def pairs(tag: str) -> lp.TranslationUnit:
+        t = _kernel(["{[i]: 0 <= i < n}", "{[j, v, w]: 0 <= j < 16 and 0 <= v, w < 2}"], """
+            p[i_inner // 2, i_inner % 2] = a[i] {id=stage}
+            ... lbarrier {id=b, dep=stage}
+            for j
+                for v
+                    x[v] = p[j, v] {id=fetch, dep=b}
+                end
+                for w
+                    s[i] = s[i] + x[w] {id=acc, dep=fetch}
+                end
+            end
+            """, lp.GlobalArg("a,s", np.float32, shape=("n",)),
+                    lp.TemporaryVariable("p", np.float32, shape=(16, 2),
+                                         address_space=lp.AddressSpace.LOCAL,
+                                         dim_tags="c,vec"),
+                    lp.TemporaryVariable("x", np.float32, shape=(2,)))
+        return lp.tag_inames(t, {"v": tag, "w": "unr"})
+
+    for tag, loads in (("unr", 1), ("for", 2)):
+        k = _read(pairs(tag), n=64, m=1)
+        reads = [a for a in k.accesses if a.variable == "p" and not a.write]
+        assert sum(a.runs for a in reads) == loads * 16 * 2, (tag, reads)
+        assert all(a.lane_bytes == (8 if loads == 1 else 4) for a in reads), (tag, reads)
+
+
 # }}}
 
 

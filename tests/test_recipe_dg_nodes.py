@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,63 @@ def test_local_operator_variants(params, cl_queue):  # type: ignore[no-untyped-d
                            pocl_build_options("dg_nodes", cfg))
     assert check_configuration(recipe(), e, cfg, ({"n0": 73}, {"n0": 1001}), cl_queue,
                                device=H100, t_unit=t) is None
+
+
+def test_passes_do_not_overwrite_each_others_fetches(cl_queue):  # type: ignore[no-untyped-def]
+    """Three rows of a face-mass batch in three passes, the first stage without a
+    reduction loop (``last=0``, not flat): each pass's loads into registers wait for the
+    previous pass's multiply-adds (they shared the registers and ran first: every row took
+    the last row's data)."""
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.recipes.testing import check_configuration
+
+    e = canonicalize(specs("float64")[2])
+    assert e.nrows == 3
+    cfg = {**recipe().default(e, H100), "last": 0, "node_lanes": 16, "rows": 4,
+           "elements": 1, "rows_per_pass": 1, "operator": "local", "groups": 0,
+           "split": False, "flat": False, "pairs": False}
+    assert check_configuration(recipe(), e, cfg, ({"n0": 32}, {"n0": 39}), cl_queue,
+                               device=H100, t_unit=recipe().apply(
+                                   generate_loopy(e), cfg, e, H100)) is None
+
+
+@pytest.mark.parametrize("dt, model", [("float64", "h200"), ("float32", "mi250x")])
+def test_pairs_match_evaluate(dt, model, cl_queue):  # type: ignore[no-untyped-def]
+    """Every reference DG workload (odd node counts: a pad point in every pair row) with
+    ``pairs`` on each plan that takes it, the default layout otherwise, on the CPU device
+    at E = 37 and 1001; every paired local read is one vector of two."""
+    import loopy as lp
+    from gpu_model_cases import pocl_build_options, with_build_options
+
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.recipes.testing import check_configuration
+
+    dev, checked, bad = MODELS[model].info, 0, []
+    for k, s in enumerate(specs(dt)):
+        e = canonicalize(s)
+        space = recipe().space(e, dev)
+        base = recipe().default(e, dev)
+        for last, flat, (op, split) in itertools.product(
+                space.params["last"].options, (False, True),
+                (("local", False), ("local", True), ("slice", True))):
+            cfg = {**base, "last": last, "flat": flat, "pairs": True, "groups": 0,
+                   "elements": 2, "rows": 4, "operator": op, "split": split}
+            if space.violations(cfg):
+                continue
+            t = recipe().apply(generate_loopy(e), cfg, e, dev)
+            code = lp.generate_code_v2(t).device_code()
+            vec = "double2" if dt == "float64" else "float2"
+            firsts = set(re.findall(r"= (\w+\[[^\]]*\])\.s0;", code))
+            assert f"__local {vec} " in code and firsts, code
+            assert all(f"{v}.s1;" in code for v in firsts), code  # both halves read
+            err = check_configuration(
+                recipe(), e, cfg, ({e.length_symbols[0]: 37 + k},
+                                   {e.length_symbols[0]: 1001}), cl_queue, device=dev,
+                t_unit=with_build_options(t, pocl_build_options("dg_nodes", cfg)))
+            checked += 1
+            if err:
+                bad.append(f"{e} {cfg}: {err}")
+    assert checked >= 4 and not bad, "\n".join(bad)
 
 
 # }}}

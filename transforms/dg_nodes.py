@@ -12,8 +12,10 @@ then each work-item's entries kept in registers); element data read by every nod
 staged per block the same way and read as broadcasts; ``rows_per_pass`` fields of a batch
 share every loop; ``groups``: work-groups looping over the element blocks (0: one block per
 work-group); ``split``: a loop over divergence's ``r`` around both stages, so that local
-memory holds one slice of the first stage's result. See :mod:`feinsum.toolbox.nodes` and
-:mod:`feinsum.toolbox.node_plan`.
+memory holds one slice of the first stage's result; ``pairs``: a stage whose inputs all lie
+in local memory reads two points of its reduction index at a time, one vector load a pair
+(:mod:`feinsum.toolbox.node_pairs`; not in the default's search). See
+:mod:`feinsum.toolbox.nodes` and :mod:`feinsum.toolbox.node_plan`.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ GROUPS_PER_UNIT = range(tp.MAX_GROUPS_PER_UNIT + 1)
 def _layout(p: dict[str, Any]) -> tp.NodeLayout:
     return tp.NodeLayout(p["node_lanes"], p["rows"], p["elements"], p["rows_per_pass"],
                          p["operator"] == "registers", p["groups"], p["split"], p["flat"],
-                         p["operator"] == "slice")
+                         p["operator"] == "slice", p["pairs"])
 
 
 def _misfit(e: Any, p: dict[str, Any], device: Any) -> str | None:
@@ -71,7 +73,7 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
          "operator": rc.Choice(["local", *(["registers"] if uses_registers else []),
                                 *(["slice"] if slices else [])]),
          "groups": rc.Choice([k * units for k in GROUPS_PER_UNIT]), "split": rc.Boolean(),
-         "flat": rc.Boolean()},
+         "flat": rc.Boolean(), "pairs": rc.Boolean()},
         [*tb.work_group_constraints(device, "node_lanes", "rows"),
          rc.Constraint("device_limits", lambda p: _misfit(e, p, device) is None,
                        "local memory, registers per work-item and per work-group, and code "
@@ -93,7 +95,16 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
          rc.Constraint("flat_plan", lambda p: not p["flat"] or tp.flat_possible(
              e, td.element_stages(e, p["last"])), "flat needs a plan whose first stage's "
              f"result goes through local memory, with at most {tp.MAX_FLAT_TERMS} "
-             "reduction points (divergence with last=2, face mass with last=0)")])
+             "reduction points (divergence with last=2, face mass with last=0)"),
+         rc.Constraint("pairs_plan", lambda p: not p["pairs"] or _pairs(e, p), "pairs needs "
+             "a stage whose inputs all lie in local memory (operators, staged element "
+             "operands, a flat first stage's result) and end with the same reduction index "
+             "(operator='local' or 'slice'; divergence and face mass: flat)")])
+
+
+def _pairs(e: Any, p: dict[str, Any]) -> bool:
+    stages = td.element_stages(e, p["last"])
+    return any(tp.pair_index(e, stages, _layout(p), s) for s in range(len(stages)))
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
@@ -105,7 +116,7 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
             "elements": lay.elements, "rows_per_pass": lay.rows_per_pass,
             "operator": "registers" if lay.registers else "slice" if lay.sliced else "local",
             "groups": lay.groups,
-            "split": lay.split, "flat": lay.flat}
+            "split": lay.split, "flat": lay.flat, "pairs": lay.pairs}
 
 
 def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
@@ -113,8 +124,14 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     return tn.node_kernel(t_unit, e, td.element_stages(e, p["last"]), _layout(p))
 
 
+def _upgrade(params: dict[str, Any]) -> dict[str, Any]:
+    """A configuration of before ``pairs`` as the one-point reads it generated."""
+    return params if "pairs" in params else {**params, "pairs": False}
+
+
 RECIPE = rc.Recipe(
     "dg_nodes", applies=_applies, space=_space, default=_default, apply=_apply,
+    upgrade=_upgrade,
     description="Element-batched small operators (DG) on GPUs: the output's nodes on the "
     "lanes, element rows and a register tile along the elements, coalesced staging by "
     "every work-item, operators shared by the work-group.",

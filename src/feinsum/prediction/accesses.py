@@ -18,7 +18,7 @@ vector widths count as the code computes them:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,18 +143,21 @@ def flat_offset(var: Any, index: Sequence[Any], context: Mapping[str, int],
     return offset, lanes
 
 
-def whole_vector(var: Any, index: Sequence[Any] | None) -> tuple[Any, ...] | None:
+def whole_vector(var: Any, index: Sequence[Any] | None, unrolled: Collection[str] = ()
+                 ) -> tuple[Any, ...] | None:
     """*index* with its vector component replaced by ``None`` where it reads one constant
-    component of a vector-typed array (``p[j].s1``): the compiler loads the components one
-    loop body reads of a vector with one vector load (PTX ``ld.shared.v4``), so they are
-    one access of the whole vector. None where *index* is no such read."""
+    component of a vector-typed array (``p[j].s1``), or the component an *unrolled* loop
+    runs over: the compiler loads the components one loop body reads of a vector with one
+    vector load (PTX ``ld.shared.v4``), so they are one access of the whole vector. None
+    where *index* is no such read."""
     from loopy.kernel.array import VectorArrayDimTag
 
     if index is None or not var.dim_tags:
         return None
     out = list(index)
     for k, (tag, i) in enumerate(zip(var.dim_tags, index, strict=False)):
-        if isinstance(tag, VectorArrayDimTag) and isinstance(i, int):
+        if isinstance(tag, VectorArrayDimTag) and (isinstance(i, int) or (
+                isinstance(i, prim.Variable) and i.name in unrolled)):
             out[k] = None
             return tuple(out)
     return None

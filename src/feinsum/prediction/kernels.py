@@ -420,7 +420,7 @@ class _Reader:
                                                    *((w, True) for w in writes)]):
             space, var = self._space(name)
             if space is not None:
-                whole = None if write else whole_vector(var, idx)
+                whole = None if write else whole_vector(var, idx, self.unrolled)
                 idx = idx if whole is None else whole
                 found.append((space, var, write, idx, self._spans(var, idx, contexts, vec),
                               i in reads.conditional))

@@ -61,6 +61,8 @@ class NodeLayout:
     flat: bool = False
     #: operators staged one slice of the split index at a time (:func:`sliced`)
     sliced: bool = False
+    #: a stage's local operands read two reduction points at a time (:func:`pair_index`)
+    pairs: bool = False
 
     @property
     def block(self) -> int:
@@ -238,6 +240,57 @@ def sliced(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, c: int
                 and access(e, stages, c, layout.registers) == "local")
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def pair_index(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: int
+               ) -> str | None:
+    """The reduction index of stage *s* whose points *layout* reads two at a time
+    (``pairs``): the last, contiguous index of every input of the stage, all of them in
+    local memory (operators, staged element operands, a flat first stage's result: each
+    staged in rows of pairs, one vector load a pair), so that the pad point of an odd
+    length multiplies zeros only; ``None``: the stage reads one point at a time."""
+    if not layout.pairs or flat_stage(e, stages, layout, s) or direct_stage(
+            e, stages, layout, s):
+        return None
+    split, st = outer(e, stages, layout), stages[s]
+    lasts = set()
+    for col in st.inputs:
+        if col == "w":
+            if not flat_stage(e, stages, layout, s - 1):
+                return None
+            lasts.add(stage_out(e, stages, s - 1, split)[-1])
+        elif access(e, stages, int(col), layout.registers) in ("local", "staged"):
+            lasts.add(e.in_indices[int(col)][-1])
+        else:
+            return None
+    q = lasts.pop() if len(lasts) == 1 else None
+    red = [i for i in stage_indices(e, stages, s) if i not in st.out and i != split]
+    if q is None or q not in red or q in private_indices(e, stages, s, layout.registers):
+        return None
+    return q if length(e, q) > 1 else None
+
+
+def paired(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, col: int | str,
+           s: int | None = None) -> bool:
+    """Whether input *col* (an operand column, or ``"w"`` of stage *s*) is staged in rows
+    of pairs (:func:`pair_index`)."""
+    stage = stage_of(stages, col) if s is None else s
+    return pair_index(e, stages, layout, stage) is not None
+
+
+def pair_shape(e: BatchedEinsum, q: str) -> tuple[int, int]:
+    """The pairs of index *q*'s points, and the pairs of one row in local memory (an odd
+    number: rows a subgroup reads at once fall on distinct banks)."""
+    m = chunks(length(e, q), 2)
+    return m, m if m % 2 else m + 1
+
+
+def pair_rows(rows: int, q: str, e: BatchedEinsum, layout: NodeLayout) -> int:
+    """Rows of pairs to allocate for *rows* rows copied by whole rounds of the work-group
+    (every work-item stores in every round: the last round's stores land past the rows)."""
+    m = pair_shape(e, q)[0]
+    return (padded_entries(rows * m, layout) - 1) // m + 1
+
+
 def operator_offset(e: BatchedEinsum, stages: Sequence[Stage], c: int,
                     values: dict[str, Any], sliced: bool = False) -> Any:
     """The local offset of staged operator *c* at *values*: C order, each row after the
@@ -254,13 +307,20 @@ def operator_offset(e: BatchedEinsum, stages: Sequence[Stage], c: int,
 
 @functools.lru_cache(maxsize=1 << 16)
 def operator_entries(e: BatchedEinsum, stages: Sequence[Stage], c: int, lanes: int,
-                     sliced: bool = False) -> int:
+                     sliced: bool = False, pairs: bool = False) -> int:
     """Local entries of staged operator *c*: its entries (rows padded, see
     :func:`operator_row`) and what a partial last chunk of its stage's lane index reads
-    past them; *sliced*: of one slice along its first index (:func:`sliced`)."""
+    past them; *sliced*: of one slice along its first index (:func:`sliced`); *pairs*: in
+    rows of pairs (:func:`pair_shape`)."""
     idx = e.in_indices[c]
     n = math.prod(length(e, i) for i in idx[1 if sliced else 0:])
     lane = stage_lane(e, stages, stage_of(stages, c))
+    if pairs:
+        pidx = idx[1 if sliced else 0:-1]
+        last = {i: length(e, i) - 1 for i in pidx}
+        if lane in last:
+            last[lane] = chunks(length(e, lane), lanes) * lanes - 1
+        return 2 * pair_shape(e, idx[-1])[1] * (int(evaluate(flat(e, pidx, last))) + 1)
     if lane not in idx:
         return n
     row = operator_row(e, stages, c)
@@ -294,6 +354,20 @@ def slots(e: BatchedEinsum, layout: NodeLayout) -> int:
     return min(layout.rows_per_pass, e.nrows)
 
 
+def staged_pitch(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, c: int
+                 ) -> int:
+    """Local entries of staged element operand *c* per slice of the indices before the
+    element: the block's entries, rounded up to whole rounds of the work-group's
+    work-items (in rows of pairs where *layout* pairs it)."""
+    k = e.in_indices[c].index(element_index(e))
+    pre = math.prod(length(e, i) for i in e.in_indices[c][:k])
+    count = _element_entries(e, c) // pre * layout.block
+    if paired(e, stages, layout, c):
+        q = e.in_indices[c][-1]
+        return 2 * pair_shape(e, q)[1] * pair_rows(count // length(e, q), q, e, layout)
+    return padded_entries(count, layout)
+
+
 def padded_entries(count: int, layout: NodeLayout) -> int:
     """*count* rounded up to whole rounds of the work-group's work-items (a staged block
     has room for every work-item's store)."""
@@ -309,14 +383,14 @@ def local_entries(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout)
         mode = access(e, stages, c, layout.registers)
         if owner == r and mode in ("local", "registers"):
             total += operator_entries(e, stages, c, layout.lanes,
-                                      sliced(e, stages, layout, c))
+                                      sliced(e, stages, layout, c), paired(
+                                          e, stages, layout, c))
     for c in range(e.noperands):
         if access(e, stages, c, layout.registers) == "staged":
             n = slots(e, layout) if c in specific(e) else 1
             k = e.in_indices[c].index(element_index(e))
             pre = math.prod(length(e, i) for i in e.in_indices[c][:k])
-            total += pre * padded_entries(_element_entries(e, c) // pre * layout.block,
-                                          layout) * n
+            total += pre * staged_pitch(e, stages, layout, c) * n
     for s in range(len(stages) - 1):
         if not kept_private(e, stages, s):
             total += result_entries(e, stages, layout, s) * slots(e, layout)
@@ -327,7 +401,11 @@ def result_entries(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout
                    ) -> int:
     """Local entries of stage *s*'s result (not kept in registers) per row of a pass: the
     block's (padded to whole rounds when computed flat)."""
-    n = math.prod(length(e, i) for i in stage_out(e, stages, s, outer(e, stages, layout)))
+    out = stage_out(e, stages, s, outer(e, stages, layout))
+    n = math.prod(length(e, i) for i in out)
+    if paired(e, stages, layout, "w", s + 1):
+        return 2 * pair_shape(e, out[-1])[1] * pair_rows(n // length(e, out[-1])
+                                                         * layout.block, out[-1], e, layout)
     return (padded_entries(n * layout.block, layout) if flat_stage(e, stages, layout, s)
             else n * layout.block)
 
@@ -387,7 +465,8 @@ def unrolled_statements(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeL
 @functools.lru_cache(maxsize=1 << 16)
 def fetched_values(e: BatchedEinsum, stages: Sequence[Stage], s: int, layout: NodeLayout
                    ) -> int:
-    """Values a work-item loads per reduction point of stage *s* (for one pass)."""
+    """Values a work-item loads per reduction point of stage *s* (for one pass; both
+    points of a pair, :func:`pair_index`)."""
     if flat_stage(e, stages, layout, s) or direct_stage(e, stages, layout, s):
         return 0
     total = 0
@@ -400,7 +479,7 @@ def fetched_values(e: BatchedEinsum, stages: Sequence[Stage], s: int, layout: No
                  "t": chunks(length(e, stage_lane(e, stages, s)), layout.lanes)}
         copies = slots(e, layout) if col == "w" or int(col) in specific(e) else 1
         total += math.prod(sizes.get(d) or length(e, d) for d in dims) * copies
-    return total
+    return total * (2 if pair_index(e, stages, layout, s) else 1)
 
 
 @functools.lru_cache(maxsize=1 << 16)

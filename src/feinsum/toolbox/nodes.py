@@ -31,7 +31,9 @@ GPU every element load and output store then has a lane stride of a whole elemen
   fully unrolled nest of the reduction loops (each loaded value feeds every accumulator
   it can; no private array is indexed by a rolled loop, so none spills to the stack);
 * ``rows_per_pass`` fields (rows of a batch) share the loops, ``groups`` work-groups loop
-  over the blocks (operators staged once per group), or one block per group (``0``).
+  over the blocks (operators staged once per group), or one block per group (``0``);
+* ``pairs``: a stage whose inputs all lie in local memory reads two points of their last
+  index at a time (:mod:`feinsum.toolbox.node_pairs`).
 
 Element indices past the end are never clamped inside the loops: global loads are guarded
 (``if``), staged operators get padding so that a partial last chunk reads inside the
@@ -61,6 +63,7 @@ from feinsum.toolbox.dense import (
     stage_indices,
     subscript,
 )
+from feinsum.toolbox.node_pairs import pair_copy, pair_row, pair_store
 from feinsum.toolbox.node_plan import (
     NodeLayout,
     access,
@@ -79,6 +82,9 @@ from feinsum.toolbox.node_plan import (
     outer,
     owners,
     padded_entries,
+    pair_index,
+    pair_shape,
+    paired,
     private_indices,
     result_entries,
     sliced,
@@ -86,6 +92,7 @@ from feinsum.toolbox.node_plan import (
     stage_lane,
     stage_of,
     stage_out,
+    staged_pitch,
 )
 
 #: Copy loops of at most this many rounds are unrolled (the loads then overlap).
@@ -147,12 +154,14 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
     priorities: list[list[str]] = []
     own = owners(e)
 
-    def temp(name: str, shape: tuple[int, ...], dt: Any, local: bool = False) -> None:
+    def temp(name: str, shape: tuple[int, ...], dt: Any, local: bool = False,
+             pairs: bool = False, vector: int = 0) -> None:
         if any(t.name == name for t in temps):
             return  # a register array of one slot, reused pass after pass
         temps.append(lp.TemporaryVariable(
-            name, dt, shape=shape, address_space=lp.AddressSpace.LOCAL if local
-            else lp.AddressSpace.PRIVATE))
+            name, dt, shape=(shape[0] // 2, 2) if pairs else shape,
+            dim_tags=cast(Any, "c,vec" if pairs else "vec" if vector else None),
+            address_space=lp.AddressSpace.LOCAL if local else lp.AddressSpace.PRIVATE))
 
     def dtype(r: int, c: int) -> Any:
         return np.result_type(*(cast(Array, f).dtype for f in e.arguments[r][c]))
@@ -176,15 +185,19 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
         if owner != r or mode not in ("local", "registers"):
             continue
         idx, name = e.in_indices[c], f"o{c}_r{r}"
-        cut = sliced(e, stages, layout, c)
-        temp(name, (operator_entries(e, stages, c, L0, cut),), dtype(r, c), local=True)
+        cut, pr = sliced(e, stages, layout, c), paired(e, stages, layout, c)
+        temp(name, (operator_entries(e, stages, c, L0, cut, pr),), dtype(r, c), local=True,
+             pairs=pr)
         if cut:
             slices.append((name, r, c))
             continue
-        insns.append(flat_copy(name, f"op{c}_r{r}", idx, {}, math.prod(
-            length(e, i) for i in idx), layout, group, bounds, id=f"copy_{name}",
-            row=operator_row(e, stages, c)))
-        pre_ids.append(f"copy_{name}")
+        copy = pair_copy(name, f"op{c}_r{r}", idx, {}, math.prod(
+            length(e, i) for i in idx[:-1]), layout, e, group, bounds, f"copy_{name}",
+            dtype(r, c), temp) if pr else [flat_copy(name, f"op{c}_r{r}", idx, {}, math.prod(
+                length(e, i) for i in idx), layout, group, bounds, id=f"copy_{name}",
+                row=operator_row(e, stages, c))]
+        insns += copy
+        pre_ids += [i.id for i in copy]
         if mode == "registers":
             lane = stage_lane(e, stages, stage_of(stages, c))
             rest = [i for i in idx if i != lane]
@@ -214,18 +227,24 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
         after = frozenset({f"*_p{p - 1}_*"} if p else set())
         copies = _element_copies(e, stages, layout, p, rows, e0, E, block, bounds, temp,
                                  dtype, loops, after)
-        copies += [flat_copy(
-            name, f"op{c}_r{r}", e.in_indices[c], {str(split): prim.Variable(f"{split}_p{p}x")},
-            math.prod(length(e, i) for i in e.in_indices[c][1:]), layout, block | around,
-            bounds, id=f"copy_p{p}_{name}", row=operator_row(e, stages, c)
-        ).copy(depends_on=after) for name, r, c in slices]
+        for name, r, c in slices:
+            at = {str(split): prim.Variable(f"{split}_p{p}x")}
+            idx = e.in_indices[c]
+            copy = pair_copy(
+                name, f"op{c}_r{r}", idx, at, math.prod(length(e, i) for i in idx[1:-1]),
+                layout, e, block | around, bounds, f"copy_p{p}_{name}", dtype(r, c), temp
+            ) if paired(e, stages, layout, c) else [flat_copy(
+                name, f"op{c}_r{r}", idx, at, math.prod(length(e, i) for i in idx[1:]),
+                layout, block | around, bounds, id=f"copy_p{p}_{name}",
+                row=operator_row(e, stages, c))]
+            copies += [i.copy(depends_on=after) for i in copy]
         insns += copies
         for s, st in enumerate(stages):
             if flat_stage(e, stages, layout, s):
                 _result_temps(e, stages, layout, s, p, rows, temp)
                 insns += _flat_stage(e, stages, layout, p, rows, e0, E, block | around,
                                      bounds, frozenset({*pre_ids, *(i.id for i in copies)}
-                                                       | after), own)
+                                                       | after), own, temp)
                 continue
             lane = stage_lane(e, stages, s)
             nb, T = length(e, lane), chunks(length(e, lane), L0)
@@ -233,8 +252,16 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
             red_idx = [i for i in stage_indices(e, stages, s)
                        if i not in st.out and not (s == 1 and i == split)]
             direct = direct_stage(e, stages, layout, s)
-            red = {} if direct else loops(red_idx, tag,
+            q = pair_index(e, stages, layout, s)
+            red = {} if direct else loops([i for i in red_idx if i != q], tag,
                                           private_indices(e, stages, s, layout.registers))
+            two: set[str] = set()  # the pair's component loop
+            pairs: Any = None  # the loop over q's pairs
+            if q is not None:  # pairs of q's points: q = 2 * (q's loop) + component
+                red[q] = pairs = prim.Variable(f"{q}_{tag}")
+                jv = prim.Variable(f"{q}v_{tag}")
+                bounds[red[q].name], bounds[jv.name] = pair_shape(e, q)[0], 2
+                tags[jv.name], two = "unr", {jv.name}
             inside = around if s < 2 else set()  # statements inside the split loop
             whole = around if s == 0 else set()  # ... init and fin included
             n, t = prim.Variable(f"n_{tag}"), prim.Variable(f"t_{tag}")
@@ -246,7 +273,7 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
             vals = {el: e0 + n * R + l1, lane: t * L0 + l0, **oth, **red} | (
                 {split: prim.Variable(next(iter(around)))} if inside and split else {})
             if not direct:
-                priorities.append([*inside, *(v.name for v in red.values()), n.name,
+                priorities.append([*inside, *(v.name for v in red.values()), *two, n.name,
                                    t.name, *(v.name for v in oth.values())])
             if s < len(stages) - 1:
                 _result_temps(e, stages, layout, s, p, rows, temp)
@@ -255,7 +282,7 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
                 f"{'upd' if kept_private(e, stages, s - 1) else 'fin'}_p{p}_s{s - 1}_*"}
                 if s else set())
             partial = {prim.Comparison(vals[lane], "<", nb)} if nb < T * L0 else set()
-            dims = {"n": n, "t": t, **oth}
+            dims = {"n": n, "t": t, **oth, **({"pair": jv} if two else {})}
             fetched: dict[str, str] = {}
             for r in rows:
                 acc, sfx = f"a{s}_r{r % F}", f"_p{p}_s{s}_r{r}"
@@ -269,6 +296,8 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
                 factors = []
                 for col in st.inputs:
                     fd = fetch_dims(e, stages, s, col, layout.registers, split)
+                    if fd is not None and two:
+                        fd = (*fd, "pair")
                     if fd is None:
                         factors.append(_factor(e, stages, layout, s, r, col, vals, n, t, regs,
                                                own, E, l1))
@@ -290,8 +319,9 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
                         insns.append(lp.Assignment(
                             subscript(name, *fv.values()) if fd else subscript(name, 0),
                             _factor(e, stages, layout, s, r, col, fvals, fv.get("n", n),
-                                    fv.get("t", t), regs, own, E, l1),
-                            id=fetched[name], depends_on=frozenset(needs),
+                                    fv.get("t", t), regs, own, E, l1,
+                                    (pairs, fv["pair"]) if two else None),
+                            id=fetched[name], depends_on=frozenset(needs) | after,
                             within_inames=frozenset(block | {v.name for v in fv.values()}
                                                     | {v.name for v in red.values()}
                                                     | inside)))
@@ -321,7 +351,7 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
                                   depends_on=frozenset({*needs, f"init{sfx}",
                                                         *fetched.values()}),
                                   within_inames=frozenset(
-                                      block | inner | inside
+                                      block | inner | inside | two
                                       | {v.name for v in red.values()}))]
 
     # }}}
@@ -342,6 +372,7 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
     new = rewritten_kernel(knl, domains, insns, temps)
     tags |= {k: "unr" for k, n in bounds.items()
              if k.startswith("k_") and n <= UNROLLED_COPY_ROUNDS}
+    tags |= {k: "vec" for k in bounds if k.startswith("vec_")}  # node_pairs.pair_store
     new = lp.tag_inames(new, tags)
     return finish_element_kernel(new, None, priorities, nsym)
 
@@ -365,23 +396,30 @@ def _element_copies(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayou
             idx = e.in_indices[c]
             k = idx.index(el)
             S = math.prod(length(e, i) for i in idx[k + 1:])
-            pitch = padded_entries(B * S, layout)
+            pitch, pr = staged_pitch(e, stages, layout, c), paired(e, stages, layout, c)
             if p == 0:
                 temp(name, (math.prod(length(e, i) for i in idx[:k]) * pitch,), dtype(r, c),
-                     True)
+                     True, pairs=pr)
             pre = loops(idx[:k], f"{name}_p{p}")
-            out.append(flat_copy(
-                name, f"op{c}_r{r}", idx, {**pre, el: e0}, B * S, layout, block | {
-                    v.name for v in pre.values()}, bounds, id=f"copy_p{p}_{name}",
-                guard=lambda f, S=S: prim.Comparison(e0 * S + f, "<", E * S),
-                base=flat(e, idx[:k], pre) * pitch, padded=True).copy(depends_on=after))
+            within = block | {v.name for v in pre.values()}
+
+            def guard(f: Any, S: int = S) -> Any:
+                return prim.Comparison(e0 * S + f, "<", E * S)
+            copy = pair_copy(
+                name, f"op{c}_r{r}", idx, {**pre, el: e0}, B * S // length(e, idx[-1]),
+                layout, e, within, bounds, f"copy_p{p}_{name}", dtype(r, c), temp, guard=guard,
+                base=flat(e, idx[:k], pre) * (pitch // 2), padded=True) if pr else [flat_copy(
+                    name, f"op{c}_r{r}", idx, {**pre, el: e0}, B * S, layout, within, bounds,
+                    id=f"copy_p{p}_{name}", guard=guard, base=flat(e, idx[:k], pre) * pitch,
+                    padded=True)]
+            out += [i.copy(depends_on=after) for i in copy]
     return out
 
 
 def _flat_stage(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, p: int,
                 rows: Sequence[int], e0: Any, E: Any, within: set[str],
                 bounds: dict[str, int], needs: frozenset[str],
-                own: dict[tuple[int, int], int]) -> list[Any]:
+                own: dict[tuple[int, int], int], temp: Any) -> list[Any]:
     """Pass *p*'s first stage computed flat (:func:`flat_stage`): its result for the whole
     block, entry ``f = k*work_items + w`` by work-item ``w`` in round ``k`` (the layout of
     the local result: element ``f // size``, then the stage's outputs in C order), its
@@ -394,31 +432,45 @@ def _flat_stage(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, p
     red = [i for i in stage_indices(e, stages, 0) if i not in st.out]
     split = outer(e, stages, layout)
     work = layout.work_items
+    # in pairs (the next stage reads pairs of its last output): slot g stores two entries
+    nq = length(e, out[-1])
+    m, P = pair_shape(e, out[-1]) if paired(e, stages, layout, "w", 1) else (0, 0)
     insns = []
     for r in rows:
         k = f"k_flat_p{p}_r{r}"
-        bounds[k] = chunks(size * layout.block, work)
-        f = prim.Variable(k) * work + prim.Variable("l1") * layout.lanes + prim.Variable("l0")
-        le = prim.FloorDiv(f, size)
-        vals: dict[str, Any] = {el: prim.Min((e0 + le, E - 1))}
-        rest = prim.Remainder(f, size)
-        for i, stride in zip(out, [math.prod(length(e, j) for j in out[n + 1:])
-                                   for n in range(len(out))], strict=True):
-            q = prim.FloorDiv(rest, stride) if stride > 1 else rest
-            vals[i] = prim.Remainder(q, length(e, i)) if i != out[0] else q
-        if split:
-            vals[split] = prim.Variable(f"{split}_p{p}x")
-        terms = []
-        for point in itertools.product(*(range(length(e, i)) for i in red)):
-            at = vals | dict(zip(red, point, strict=True))
-            terms.append(prim.Product(tuple(
-                _flat_factor(e, stages, layout, r, int(c), at, own,
-                             prim.Min((le, layout.block - 1)))
-                for c in st.inputs)))
-        insns.append(lp.Assignment(
-            subscript(f"w0_{r % slots(e, layout)}", f),
-            prim.Sum(tuple(terms)) if len(terms) > 1 else terms[0], id=f"fin_p{p}_s0_r{r}",
-            depends_on=needs, within_inames=frozenset(within | {k})))
+        g = prim.Variable(k) * work + prim.Variable("l1") * layout.lanes + prim.Variable("l0")
+        bounds[k] = chunks(size * layout.block // nq * m if m else size * layout.block, work)
+        values = []
+        for comp in (0, 1) if m else (0,):
+            point = 2 * prim.Remainder(g, m) + comp if m else 0
+            f = prim.FloorDiv(g, m) * nq + point if m else g
+            le = prim.FloorDiv(f, size)
+            vals: dict[str, Any] = {el: prim.Min((e0 + le, E - 1))}
+            rest = prim.Remainder(f, size)
+            for i, stride in zip(out, [math.prod(length(e, j) for j in out[n + 1:])
+                                       for n in range(len(out))], strict=True):
+                q = prim.FloorDiv(rest, stride) if stride > 1 else rest
+                vals[i] = prim.Remainder(q, length(e, i)) if i != out[0] else q
+            if split:
+                vals[split] = prim.Variable(f"{split}_p{p}x")
+            terms = []
+            for pt in itertools.product(*(range(length(e, i)) for i in red)):
+                at = vals | dict(zip(red, pt, strict=True))
+                terms.append(prim.Product(tuple(
+                    _flat_factor(e, stages, layout, r, int(c), at, own,
+                                 prim.Min((le, layout.block - 1)))
+                    for c in st.inputs)))
+            value: Any = prim.Sum(tuple(terms)) if len(terms) > 1 else terms[0]
+            if comp and nq % 2:  # the pad point of an odd length: zero
+                value = prim.If(prim.Comparison(point, "<", nq), value, 0)
+            values.append(value)
+        dest, sid = f"w0_{r % slots(e, layout)}", f"fin_p{p}_s0_r{r}"
+        insns += [i.copy(depends_on=i.depends_on | needs) for i in pair_store(
+            dest, prim.FloorDiv(g, m) * P + prim.Remainder(g, m), values,
+            np.result_type(*(e.value_dtype(r) for r in rows)), sid, within | {k}, bounds,
+            temp)] if m else [lp.Assignment(subscript(dest, g), values[0], id=sid,
+                                            depends_on=needs,
+                                            within_inames=frozenset(within | {k}))]
     return insns
 
 
@@ -473,7 +525,7 @@ def _result_temps(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout,
     if p == 0:
         size = result_entries(e, stages, layout, s)
         for slot in range(len(rows)):
-            temp(f"w{s}_{slot}", (size,), dt, True)
+            temp(f"w{s}_{slot}", (size,), dt, True, pairs=paired(e, stages, layout, "w", s + 1))
 
 
 def staged_name(e: BatchedEinsum, layout: NodeLayout, r: int, c: int) -> str:
@@ -485,11 +537,19 @@ def staged_name(e: BatchedEinsum, layout: NodeLayout, r: int, c: int) -> str:
 def _factor(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: int, r: int,
             col: int | str, vals: dict[str, Any], n: Any, t: Any,
             regs: dict[tuple[int, int], str], own: dict[tuple[int, int], int], E: Any,
-            l1: Any) -> Any:
+            l1: Any, pair: tuple[Any, Any] | None = None) -> Any:
     """The value of input *col* of stage *s* for row *r* at the index values *vals*
-    (element *n* of the work-item, chunk *t* of the lane index)."""
-    el, B = element(e), layout.block
+    (element *n* of the work-item, chunk *t* of the lane index; *pair*: the pair and
+    component of the paired index, :mod:`feinsum.toolbox.node_pairs`)."""
+    el = element(e)
     local_el = n * layout.rows + l1
+    if pair is not None:
+        mode = "w" if col == "w" else access(e, stages, int(col), layout.registers)
+        name = (f"w{s - 1}_{r % slots(e, layout)}" if col == "w" else
+                staged_name(e, layout, r, int(col)) if mode == "staged"
+                else f"o{col}_r{own[r, int(col)]}")
+        return subscript(name, pair_row(e, stages, layout, s, col, vals, local_el, mode)
+                         + pair[0], pair[1])
     if col == "w":
         prev = stages[s - 1]
         if kept_private(e, stages, s - 1):
@@ -515,7 +575,7 @@ def _factor(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: in
         k = idx.index(el)
         S = math.prod(length(e, i) for i in idx[k + 1:])
         return subscript(staged_name(e, layout, r, c),
-                         flat(e, idx[:k], vals) * padded_entries(B * S, layout)
+                         flat(e, idx[:k], vals) * staged_pitch(e, stages, layout, c)
                          + local_el * S + flat(e, idx[k + 1:], vals))
     if mode == "registers":
         lane = stage_lane(e, stages, s)
