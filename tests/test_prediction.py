@@ -172,6 +172,12 @@ def test_op_counts() -> None:
     assert (OpCounter(8, False)(exp).sfu, OpCounter(8, False)(exp).fp) == (0, 24)
     odd = OpCounter(4, False)(p.Call(p.Variable("mystery"), (a,)))
     assert odd.unknown == {"mystery"} and odd.fp == 2
+    # feinsum's reduction combines are known: an exp and a log1p per logsumexp term
+    lse = OpCounter(4, False)(p.Call(p.Variable("logsumexp"), (a, b)))
+    assert not lse.unknown and (lse.sfu, lse.fp, lse.other) == (2, 22, 11)
+    assert OpCounter(8, False)(p.Call(p.Variable("logsumexp"), (a, b))).fp == 56
+    arg = OpCounter(4, False)(p.Call(p.Variable("feinsum_argmin"), (a, b, c, d)))
+    assert not arg.unknown and (arg.fp, arg.other) == (0, 13)
 
 
 # }}}

@@ -20,8 +20,9 @@ keeps of it:
   ``native_``/``half_`` built-in is one special-function instruction and the few fp
   instructions that scale its argument (PTX: ``native_exp2`` is one ``ex2.approx``,
   ``native_exp`` a multiplication and one ``ex2.approx``, ``native_log`` one ``lg2.approx``
-  and a multiplication). A function it does not know counts as two fp instructions and is
-  named in the prediction's notes;
+  and a multiplication); the combine functions of feinsum's own reductions (``logsumexp``,
+  ``feinsum_argmin``...) as their source reads. A function it does not know counts as two
+  fp instructions and is named in the prediction's notes;
 * a subexpression of integers only (loop indices, integer arguments and temporaries,
   integer constants: the element bound check ``e0 + n*rows + l1 < E`` of a guarded load)
   as integer instructions, whatever the statement's type: NVIDIA's ``ISETP``/``IMAD`` run
@@ -60,6 +61,18 @@ _NATIVE: dict[str, tuple[int, int]] = {
     "exp2": (1, 0), "exp": (1, 1), "exp10": (1, 1), "log2": (1, 0), "log": (1, 1),
     "log10": (1, 1), "recip": (1, 0), "rsqrt": (1, 0), "sqrt": (1, 0), "divide": (1, 1),
     "sin": (1, 1), "cos": (1, 1), "tan": (3, 2), "powr": (2, 1),
+}
+#: The combine functions of feinsum's own reductions (:mod:`feinsum.lowering.loopy_ops`,
+#: counted from their source): (special-function, fp, integer/logic) instructions, fp32
+#: accurate / fast, fp64. ``logsumexp``: an ``exp``, a ``log1p``, a subtraction and an
+#: addition, and its NaN and infinity tests, comparison and selects; ``feinsum_argmin``:
+#: the NaN tests, the comparisons of values and indices, their logic, two selects;
+#: ``feinsum_min``: a comparison, a NaN test, their ``||``, a select.
+_COMBINES: dict[str, tuple[tuple[int, int, int], ...]] = {
+    "logsumexp": ((2, 22, 11), (2, 5, 11), (0, 56, 11)),
+    **dict.fromkeys(("feinsum_argmin", "feinsum_argmax"), ((0, 0, 13),) * 3),
+    **dict.fromkeys(("feinsum_min", "feinsum_max"), ((0, 0, 4),) * 3),
+    "make_tuple": ((0, 0, 0),) * 3,
 }
 #: A division: fp32 a reciprocal and a Newton step, fp64 the same on the fp64 pipe.
 _DIVISION = ((1, 4), (1, 1), (1, 10))
@@ -270,6 +283,9 @@ class OpCounter:
         if base != name and base in _NATIVE:
             sfu, fp = _NATIVE[base]
             return self._node(expr, found, deps, fp, 1, sfu)
+        if base in _COMBINES:
+            sfu, fp, other = _COMBINES[base][self.column]
+            return self._node(expr, found, deps, fp, 1 if fp or sfu else 0, sfu, other)
         known = _FUNCTIONS.get(base.rstrip("f"), _FUNCTIONS.get(base))
         if known is None:
             return self._node(expr, found, deps, 2, unknown=frozenset([base]))
