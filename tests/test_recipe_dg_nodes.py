@@ -95,6 +95,27 @@ def test_local_operator_variants(params, cl_queue):  # type: ignore[no-untyped-d
                                device=H100, t_unit=t) is None
 
 
+def test_the_default_counts_whole_waves() -> None:
+    """Given the element count, the default's estimate counts whole waves of resident
+    work-groups (many waves: the estimate without it); at E = 5e4 the divergence on the
+    H200 model (one wave of 5-lane blocks) takes a layout the performance model predicts
+    faster than the one it takes without the count."""
+    from feinsum.prediction import predict_configuration
+
+    dev = MODELS["h200"].info
+    w = workloads(gpu=True)["divergence"]
+    e = canonicalize(w.spec)
+    lengths = fs.canonical_lengths(w.spec.with_lengths(w.lengths))
+    last, lay = tl.best_layout(e, dev)  # type: ignore[misc]
+    stages = td.element_stages(e, last)
+    assert tl.layout_cost(e, stages, lay, dev, 10**9) == pytest.approx(
+        tl.layout_cost(e, stages, lay, dev), rel=0.01)
+    known, unknown = recipe().default(e, dev, lengths), recipe().default(e, dev)
+    assert known != unknown
+    assert (predict_configuration(recipe(), e, known, "h200", lengths).seconds
+            < predict_configuration(recipe(), e, unknown, "h200", lengths).seconds)
+
+
 def test_passes_do_not_overwrite_each_others_fetches(cl_queue):  # type: ignore[no-untyped-def]
     """Three rows of a face-mass batch in three passes, the first stage without a
     reduction loop (``last=0``, not flat): each pass's loads into registers wait for the

@@ -107,8 +107,8 @@ def _pairs(e: Any, p: dict[str, Any]) -> bool:
     return any(tp.pair_index(e, stages, _layout(p), s) for s in range(len(stages)))
 
 
-def _default(e: Any, device: Any) -> dict[str, Any]:
-    best = tl.best_layout(e, device)
+def _default(e: Any, device: Any, lengths: dict[str, int]) -> dict[str, Any]:
+    best = tl.best_layout(e, device, lengths.get(str(e.lengths[tp.element(e)])))
     if best is None:
         raise RecipeError(f"dg_nodes does not fit {e} on {device.name} (applies() says why)")
     last, lay = best

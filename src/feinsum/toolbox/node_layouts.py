@@ -70,16 +70,17 @@ def _subgroup(device: Any) -> int:
     return int(device.subgroup_width or GENERIC_GPU["subgroup_width"])
 
 
-def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, device: Any
-                ) -> float:
+def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, device: Any,
+                elements: int | None = None) -> float:
     """An estimate of a layout's time per element on *device*, in compute-unit clocks:
     the most of its L1/local-memory wavefronts (a wavefront moves one 32-bit word per lane
     of a subgroup; a subgroup's access to ``d`` distinct values of one row takes
     ``d*itemsize / wavefront`` of them, rounded up, once per element row it spans), its
     multiply-add issue (:data:`FP32_LANES`) and its latency (:func:`_latency` over the
-    resident work-groups): the largest and :data:`OVERLAP` of the second, stretched when
-    fewer than :data:`LATENCY_SUBGROUPS` subgroups fit a compute unit (registers, local
-    memory)."""
+    resident work-groups; with *elements*, the element count, whole waves of resident
+    work-groups, each a block's latency): the largest and :data:`OVERLAP` of the second,
+    stretched when fewer than :data:`LATENCY_SUBGROUPS` subgroups fit a compute unit
+    (registers, local memory)."""
     sg, isz = _subgroup(device), itemsize(e)
     L0, B = layout.lanes, layout.block
     warps = -(-layout.work_items // sg)
@@ -139,7 +140,14 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
     fp_rate = FP32_LANES / sg * (device.fp64_rate if isz == 8 and device.fp64_rate else 1.0)
     fma = fma * warps / B / fp_rate
     resident = resident_groups(e, stages, layout, device)
-    bounds = sorted((lsu, fma, _latency(e, stages, layout) / (B * resident)), reverse=True)
+    latency = _latency(e, stages, layout) / (B * resident)
+    if elements:  # whole waves of resident work-groups, each block a group's latency
+        units = int(device.compute_units or 1)
+        blocks = chunks(elements, B)
+        groups = min(blocks, layout.groups) if layout.groups else blocks
+        rounds = chunks(chunks(groups, units), resident) * chunks(blocks, groups)
+        latency = rounds * _latency(e, stages, layout) * units / elements
+    bounds = sorted((lsu, fma, latency), reverse=True)
     return (bounds[0] + OVERLAP * bounds[1]) * max(1.0, LATENCY_SUBGROUPS / (resident * warps))
 
 
@@ -304,17 +312,19 @@ class _Same:
 
 
 @functools.lru_cache(maxsize=256)
-def best_layout(e: BatchedEinsum, device: Any) -> tuple[int | None, NodeLayout] | None:
+def best_layout(e: BatchedEinsum, device: Any, elements: int | None = None
+                ) -> tuple[int | None, NodeLayout] | None:
     """The plan and layout of least :func:`layout_cost` among those that fit *device*
     (one block per work-group, or one wave of work-groups looping over the blocks), or
-    ``None`` if none fits."""
+    ``None`` if none fits; *elements*: the element count, where known."""
     best: tuple[float, int, int | None, NodeLayout] | None = None
     e = cast(BatchedEinsum, _Same(e))
     for last, layout in _candidates(e, device):
         stages = plan_stages(e, last)
         if misfit(e, stages, layout, device):
             continue
-        cost = (layout_cost(e, stages, layout, device), registers(e, stages, layout))
+        cost = (layout_cost(e, stages, layout, device, elements),
+                registers(e, stages, layout))
         if best is None or cost < best[:2]:
             best = (*cost, last, layout)  # type: ignore[assignment]
     return None if best is None else (best[2], best[3])
