@@ -140,13 +140,15 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
     fp_rate = FP32_LANES / sg * (device.fp64_rate if isz == 8 and device.fp64_rate else 1.0)
     fma = fma * warps / B / fp_rate
     resident = resident_groups(e, stages, layout, device)
-    latency = _latency(e, stages, layout) / (B * resident)
+    latency = _latency(e, stages, layout)  # per block
     if elements:  # whole waves of resident work-groups, each block a group's latency
         units = int(device.compute_units or 1)
         blocks = chunks(elements, B)
         groups = min(blocks, layout.groups) if layout.groups else blocks
         rounds = chunks(chunks(groups, units), resident) * chunks(blocks, groups)
-        latency = rounds * _latency(e, stages, layout) * units / elements
+        latency = rounds * latency * units / elements
+    else:
+        latency /= B * resident
     bounds = sorted((lsu, fma, latency), reverse=True)
     return (bounds[0] + OVERLAP * bounds[1]) * max(1.0, LATENCY_SUBGROUPS / (resident * warps))
 

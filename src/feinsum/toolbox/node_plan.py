@@ -284,11 +284,15 @@ def pair_shape(e: BatchedEinsum, q: str) -> tuple[int, int]:
     return m, m if m % 2 else m + 1
 
 
-def pair_rows(rows: int, q: str, e: BatchedEinsum, layout: NodeLayout) -> int:
-    """Rows of pairs to allocate for *rows* rows copied by whole rounds of the work-group
-    (every work-item stores in every round: the last round's stores land past the rows)."""
-    m = pair_shape(e, q)[0]
-    return (padded_entries(rows * m, layout) - 1) // m + 1
+def pair_entries(e: BatchedEinsum, q: str, rows: int, layout: NodeLayout | None = None
+                 ) -> int:
+    """Local entries of *rows* rows of pairs of index *q* (:func:`pair_shape`); with
+    *layout*, rows copied by whole rounds of its work-group (every work-item stores in
+    every round: the last round's stores land past the rows)."""
+    m, P = pair_shape(e, q)
+    if layout is not None:
+        rows = (padded_entries(rows * m, layout) - 1) // m + 1
+    return 2 * P * rows
 
 
 def operator_offset(e: BatchedEinsum, stages: Sequence[Stage], c: int,
@@ -320,7 +324,7 @@ def operator_entries(e: BatchedEinsum, stages: Sequence[Stage], c: int, lanes: i
         last = {i: length(e, i) - 1 for i in pidx}
         if lane in last:
             last[lane] = chunks(length(e, lane), lanes) * lanes - 1
-        return 2 * pair_shape(e, idx[-1])[1] * (int(evaluate(flat(e, pidx, last))) + 1)
+        return pair_entries(e, idx[-1], int(evaluate(flat(e, pidx, last))) + 1)
     if lane not in idx:
         return n
     row = operator_row(e, stages, c)
@@ -364,8 +368,14 @@ def staged_pitch(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, 
     count = _element_entries(e, c) // pre * layout.block
     if paired(e, stages, layout, c):
         q = e.in_indices[c][-1]
-        return 2 * pair_shape(e, q)[1] * pair_rows(count // length(e, q), q, e, layout)
+        return pair_entries(e, q, count // length(e, q), layout)
     return padded_entries(count, layout)
+
+
+def staged_name(e: BatchedEinsum, layout: NodeLayout, r: int, c: int) -> str:
+    """The local array holding row *r*'s staged element operand *c* (one per row of a
+    pass, reused pass after pass; one for all rows if they share the operand)."""
+    return f"x{c}" if c not in specific(e) else f"x{c}_{r % slots(e, layout)}"
 
 
 def padded_entries(count: int, layout: NodeLayout) -> int:
@@ -404,8 +414,7 @@ def result_entries(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout
     out = stage_out(e, stages, s, outer(e, stages, layout))
     n = math.prod(length(e, i) for i in out)
     if paired(e, stages, layout, "w", s + 1):
-        return 2 * pair_shape(e, out[-1])[1] * pair_rows(n // length(e, out[-1])
-                                                         * layout.block, out[-1], e, layout)
+        return pair_entries(e, out[-1], n // length(e, out[-1]) * layout.block, layout)
     return (padded_entries(n * layout.block, layout) if flat_stage(e, stages, layout, s)
             else n * layout.block)
 

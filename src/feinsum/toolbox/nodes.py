@@ -63,7 +63,8 @@ from feinsum.toolbox.dense import (
     stage_indices,
     subscript,
 )
-from feinsum.toolbox.node_pairs import pair_copy, pair_row, pair_store
+from feinsum.toolbox.node_flat import flat_stage_statements
+from feinsum.toolbox.node_pairs import pair_copy, pair_row
 from feinsum.toolbox.node_plan import (
     NodeLayout,
     access,
@@ -81,7 +82,6 @@ from feinsum.toolbox.node_plan import (
     operator_row,
     outer,
     owners,
-    padded_entries,
     pair_index,
     pair_shape,
     paired,
@@ -92,6 +92,7 @@ from feinsum.toolbox.node_plan import (
     stage_lane,
     stage_of,
     stage_out,
+    staged_name,
     staged_pitch,
 )
 
@@ -242,9 +243,9 @@ def node_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, stages: Sequence[S
         for s, st in enumerate(stages):
             if flat_stage(e, stages, layout, s):
                 _result_temps(e, stages, layout, s, p, rows, temp)
-                insns += _flat_stage(e, stages, layout, p, rows, e0, E, block | around,
-                                     bounds, frozenset({*pre_ids, *(i.id for i in copies)}
-                                                       | after), own, temp)
+                insns += flat_stage_statements(
+                    e, stages, layout, p, rows, e0, E, block | around, bounds,
+                    frozenset({*pre_ids, *(i.id for i in copies)} | after), own, temp)
                 continue
             lane = stage_lane(e, stages, s)
             nb, T = length(e, lane), chunks(length(e, lane), L0)
@@ -416,64 +417,6 @@ def _element_copies(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayou
     return out
 
 
-def _flat_stage(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, p: int,
-                rows: Sequence[int], e0: Any, E: Any, within: set[str],
-                bounds: dict[str, int], needs: frozenset[str],
-                own: dict[tuple[int, int], int], temp: Any) -> list[Any]:
-    """Pass *p*'s first stage computed flat (:func:`flat_stage`): its result for the whole
-    block, entry ``f = k*work_items + w`` by work-item ``w`` in round ``k`` (the layout of
-    the local result: element ``f // size``, then the stage's outputs in C order), its
-    short reduction written out as one sum. Consecutive work-items read consecutive
-    addresses of the element operands that end with the stage's outputs; the element
-    index is clamped to the last element (the entries past it are never stored)."""
-    el, st = element(e), stages[0]
-    out = stage_out(e, stages, 0, outer(e, stages, layout))
-    size = math.prod(length(e, i) for i in out)
-    red = [i for i in stage_indices(e, stages, 0) if i not in st.out]
-    split = outer(e, stages, layout)
-    work = layout.work_items
-    # in pairs (the next stage reads pairs of its last output): slot g stores two entries
-    nq = length(e, out[-1])
-    m, P = pair_shape(e, out[-1]) if paired(e, stages, layout, "w", 1) else (0, 0)
-    insns = []
-    for r in rows:
-        k = f"k_flat_p{p}_r{r}"
-        g = prim.Variable(k) * work + prim.Variable("l1") * layout.lanes + prim.Variable("l0")
-        bounds[k] = chunks(size * layout.block // nq * m if m else size * layout.block, work)
-        values = []
-        for comp in (0, 1) if m else (0,):
-            point = 2 * prim.Remainder(g, m) + comp if m else 0
-            f = prim.FloorDiv(g, m) * nq + point if m else g
-            le = prim.FloorDiv(f, size)
-            vals: dict[str, Any] = {el: prim.Min((e0 + le, E - 1))}
-            rest = prim.Remainder(f, size)
-            for i, stride in zip(out, [math.prod(length(e, j) for j in out[n + 1:])
-                                       for n in range(len(out))], strict=True):
-                q = prim.FloorDiv(rest, stride) if stride > 1 else rest
-                vals[i] = prim.Remainder(q, length(e, i)) if i != out[0] else q
-            if split:
-                vals[split] = prim.Variable(f"{split}_p{p}x")
-            terms = []
-            for pt in itertools.product(*(range(length(e, i)) for i in red)):
-                at = vals | dict(zip(red, pt, strict=True))
-                terms.append(prim.Product(tuple(
-                    _flat_factor(e, stages, layout, r, int(c), at, own,
-                                 prim.Min((le, layout.block - 1)))
-                    for c in st.inputs)))
-            value: Any = prim.Sum(tuple(terms)) if len(terms) > 1 else terms[0]
-            if comp and nq % 2:  # the pad point of an odd length: zero
-                value = prim.If(prim.Comparison(point, "<", nq), value, 0)
-            values.append(value)
-        dest, sid = f"w0_{r % slots(e, layout)}", f"fin_p{p}_s0_r{r}"
-        insns += [i.copy(depends_on=i.depends_on | needs) for i in pair_store(
-            dest, prim.FloorDiv(g, m) * P + prim.Remainder(g, m), values,
-            np.result_type(*(e.value_dtype(r) for r in rows)), sid, within | {k}, bounds,
-            temp)] if m else [lp.Assignment(subscript(dest, g), values[0], id=sid,
-                                            depends_on=needs,
-                                            within_inames=frozenset(within | {k}))]
-    return insns
-
-
 def _direct(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: int, r: int,
             vals: dict[str, Any], red: Sequence[str], n: Any, t: Any,
             regs: dict[tuple[int, int], str], own: dict[tuple[int, int], int], E: Any,
@@ -494,27 +437,6 @@ def _direct(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: in
                          within_inames=within)
 
 
-def _flat_factor(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, r: int,
-                 c: int, vals: dict[str, Any], own: dict[tuple[int, int], int],
-                 local_el: Any) -> Any:
-    """Operand *c* of the flat first stage for row *r* at the index values *vals*."""
-    idx = e.in_indices[c]
-    mode = access(e, stages, c, layout.registers)
-    if mode in ("lanes", "broadcast"):
-        return prim.Variable(f"op{c}_r{r}")(*(vals[i] for i in idx))
-    if mode == "staged":
-        el = element(e)
-        k = idx.index(el)
-        S = math.prod(length(e, i) for i in idx[k + 1:])
-        return subscript(staged_name(e, layout, r, c),
-                         flat(e, idx[:k], vals) * padded_entries(layout.block * S, layout)
-                         + local_el * S + flat(e, idx[k + 1:], vals))
-    if mode in ("local", "registers"):
-        return subscript(f"o{c}_r{own[r, c]}", operator_offset(
-            e, stages, c, vals, sliced(e, stages, layout, c)))
-    return prim.Variable(f"op{c}_r{r}")()
-
-
 def _result_temps(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: int,
                   p: int, rows: Sequence[int], temp: Any) -> None:
     """Declare where stage *s* (not the last) keeps its result: per row in registers, or
@@ -526,12 +448,6 @@ def _result_temps(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout,
         size = result_entries(e, stages, layout, s)
         for slot in range(len(rows)):
             temp(f"w{s}_{slot}", (size,), dt, True, pairs=paired(e, stages, layout, "w", s + 1))
-
-
-def staged_name(e: BatchedEinsum, layout: NodeLayout, r: int, c: int) -> str:
-    """The local array holding row *r*'s staged element operand *c* (one per row of a
-    pass, reused pass after pass; one for all rows if they share the operand)."""
-    return f"x{c}" if c not in row_specific(e) else f"x{c}_{r % slots(e, layout)}"
 
 
 def _factor(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: int, r: int,

@@ -1,0 +1,121 @@
+"""A flat first stage in :mod:`feinsum.toolbox.nodes` (``flat``): the block's entries of
+the first stage's result spread over all the work-items of a work-group, one entry per
+work-item and round (in pairs of entries where the next stage reads pairs,
+:mod:`feinsum.toolbox.node_pairs`), its short reduction written out as one sum."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import loopy as lp
+import numpy as np
+import pymbolic.primitives as prim
+
+from feinsum.spec.model import BatchedEinsum
+from feinsum.toolbox.dense import Stage, stage_indices, subscript
+from feinsum.toolbox.node_pairs import pair_store
+from feinsum.toolbox.node_plan import (
+    NodeLayout,
+    access,
+    chunks,
+    element,
+    flat,
+    length,
+    operator_offset,
+    outer,
+    pair_shape,
+    paired,
+    sliced,
+    slots,
+    stage_out,
+    staged_name,
+    staged_pitch,
+)
+
+
+def flat_stage_statements(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout,
+                          p: int, rows: Sequence[int], e0: Any, E: Any, within: set[str],
+                          bounds: dict[str, int], needs: frozenset[str],
+                          own: dict[tuple[int, int], int], temp: Any) -> list[Any]:
+    """Pass *p*'s first stage computed flat (:func:`~feinsum.toolbox.node_plan.flat_stage`):
+    its result for the whole block, entry ``f = k*work_items + w`` by work-item ``w`` in
+    round ``k`` (the layout of the local result: element ``f // size``, then the stage's
+    outputs in C order). Consecutive work-items read consecutive addresses of the element
+    operands that end with the stage's outputs; the element index is clamped to the last
+    element (the entries past it are never stored). Where the next stage reads pairs of
+    the last output, slot ``g`` computes the pair ``g`` of the rows of pairs, the pad
+    point of an odd length as zero, and stores it whole."""
+    out = stage_out(e, stages, 0, outer(e, stages, layout))
+    size = math.prod(length(e, i) for i in out)
+    work = layout.work_items
+    nq = length(e, out[-1])
+    m, P = pair_shape(e, out[-1]) if paired(e, stages, layout, "w", 1) else (0, 0)
+    insns: list[Any] = []
+    for r in rows:
+        k = f"k_flat_p{p}_r{r}"
+        g = prim.Variable(k) * work + prim.Variable("l1") * layout.lanes + prim.Variable("l0")
+        dest, sid = f"w0_{r % slots(e, layout)}", f"fin_p{p}_s0_r{r}"
+        if not m:
+            bounds[k] = chunks(size * layout.block, work)
+            insns.append(lp.Assignment(
+                subscript(dest, g), _entry(e, stages, layout, p, r, g, e0, E, own), id=sid,
+                depends_on=needs, within_inames=frozenset(within | {k})))
+            continue
+        bounds[k] = chunks(size * layout.block // nq * m, work)
+        row, pair = prim.FloorDiv(g, m), prim.Remainder(g, m)
+        values = [_entry(e, stages, layout, p, r, row * nq + 2 * pair, e0, E, own),
+                  _entry(e, stages, layout, p, r, row * nq + 2 * pair + 1, e0, E, own)]
+        if nq % 2:  # the pad point of an odd length: zero
+            values[1] = prim.If(prim.Comparison(2 * pair + 1, "<", nq), values[1], 0)
+        insns += [i.copy(depends_on=i.depends_on | needs) for i in pair_store(
+            dest, row * P + pair, values, np.result_type(*(e.value_dtype(r) for r in rows)),
+            sid, within | {k}, bounds, temp)]
+    return insns
+
+
+def _entry(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, p: int, r: int,
+           f: Any, e0: Any, E: Any, own: dict[tuple[int, int], int]) -> Any:
+    """Entry *f* of row *r*'s flat first-stage result (pass *p*): its sum written out."""
+    el, st = element(e), stages[0]
+    split = outer(e, stages, layout)
+    out = stage_out(e, stages, 0, split)
+    size = math.prod(length(e, i) for i in out)
+    le = prim.FloorDiv(f, size)
+    vals: dict[str, Any] = {el: prim.Min((e0 + le, E - 1))}
+    rest = prim.Remainder(f, size)
+    for i, stride in zip(out, [math.prod(length(e, j) for j in out[n + 1:])
+                               for n in range(len(out))], strict=True):
+        q = prim.FloorDiv(rest, stride) if stride > 1 else rest
+        vals[i] = prim.Remainder(q, length(e, i)) if i != out[0] else q
+    if split:
+        vals[split] = prim.Variable(f"{split}_p{p}x")
+    red = [i for i in stage_indices(e, stages, 0) if i not in st.out]
+    terms = []
+    for pt in itertools.product(*(range(length(e, i)) for i in red)):
+        at = vals | dict(zip(red, pt, strict=True))
+        terms.append(prim.Product(tuple(
+            _factor(e, stages, layout, r, int(c), at, own, prim.Min((le, layout.block - 1)))
+            for c in st.inputs)))
+    return prim.Sum(tuple(terms)) if len(terms) > 1 else terms[0]
+
+
+def _factor(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, r: int, c: int,
+            vals: dict[str, Any], own: dict[tuple[int, int], int], local_el: Any) -> Any:
+    """Operand *c* of the flat first stage for row *r* at the index values *vals*."""
+    idx = e.in_indices[c]
+    mode = access(e, stages, c, layout.registers)
+    if mode in ("lanes", "broadcast"):
+        return prim.Variable(f"op{c}_r{r}")(*(vals[i] for i in idx))
+    if mode == "staged":
+        k = idx.index(element(e))
+        S = math.prod(length(e, i) for i in idx[k + 1:])
+        return subscript(staged_name(e, layout, r, c),
+                         flat(e, idx[:k], vals) * staged_pitch(e, stages, layout, c)
+                         + local_el * S + flat(e, idx[k + 1:], vals))
+    if mode in ("local", "registers"):
+        return subscript(f"o{c}_r{own[r, c]}", operator_offset(
+            e, stages, c, vals, sliced(e, stages, layout, c)))
+    return prim.Variable(f"op{c}_r{r}")()
