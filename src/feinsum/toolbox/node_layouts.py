@@ -53,6 +53,8 @@ from feinsum.toolbox.node_plan import (
 #: fp32 lanes a compute unit issues per clock (NVIDIA's SM, AMD's CU with packed fp32):
 #: what :func:`layout_cost` divides multiply-adds by (fp64: times the device's fp64 rate).
 FP32_LANES = 128
+#: Schedulers of a compute unit, each issuing one subgroup instruction per clock.
+SCHEDULERS = 4
 #: Subgroups a compute unit needs resident to hide memory latencies (:func:`layout_cost`).
 LATENCY_SUBGROUPS = 12
 
@@ -76,9 +78,11 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
     the most of its L1/local-memory wavefronts (a wavefront moves one 32-bit word per lane
     of a subgroup; a subgroup's access to ``d`` distinct values of one row takes
     ``d*itemsize / wavefront`` of them, rounded up, once per element row it spans), its
-    multiply-add issue (:data:`FP32_LANES`) and its latency (:func:`_latency` over the
-    resident work-groups; with *elements*, the element count, whole waves of resident
-    work-groups, each a block's latency): the largest and :data:`OVERLAP` of the second,
+    multiply-add issue (:data:`FP32_LANES`) and its latency (a block's: the longer of its
+    waits, :func:`_latency`, and one subgroup's own instructions at one a clock of its
+    scheduler, and :data:`OVERLAP` of the shorter; over the resident work-groups; with
+    *elements*, the element count, whole waves of resident work-groups, each a block's
+    latency): the largest and :data:`OVERLAP` of the second,
     stretched when fewer than :data:`LATENCY_SUBGROUPS` subgroups fit a compute unit
     (registers, local memory)."""
     sg, isz = _subgroup(device), itemsize(e)
@@ -122,6 +126,10 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
                 col == "w" or access(e, stages, int(col), layout.registers) != "lanes")
         if s == len(stages) - 1 or not kept_private(e, stages, s):  # stores
             lsu += acc * waves(min(L0, sg), spans, s < len(stages) - 1)
+    fp_rate = FP32_LANES / sg * (device.fp64_rate if isz == 8 and device.fp64_rate else 1.0)
+    # one subgroup's own instructions per block, each a clock of its scheduler (a
+    # multiply-add: its pipe's clocks, a quarter of the compute unit's lanes)
+    stream = fma * SCHEDULERS / fp_rate + lsu + flat * B / warps
     lsu = lsu * warps / B + flat
     # the block's copies into local memory: a global read and a local store per value
     el = element_index(e)
@@ -137,10 +145,10 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
             elif not layout.groups:
                 operators += operator_entries(e, stages, c, L0) / B
     lsu += 2 * waves(sg) / sg * (staged + operators)
-    fp_rate = FP32_LANES / sg * (device.fp64_rate if isz == 8 and device.fp64_rate else 1.0)
     fma = fma * warps / B / fp_rate
     resident = resident_groups(e, stages, layout, device)
-    latency = _latency(e, stages, layout)  # per block
+    waits = _latency(e, stages, layout)  # per block
+    latency = max(waits, stream) + OVERLAP * min(waits, stream)
     if elements:  # whole waves of resident work-groups, each block a group's latency
         units = int(device.compute_units or 1)
         blocks = chunks(elements, B)
