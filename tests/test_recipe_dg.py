@@ -80,6 +80,33 @@ def test_default_picks_the_cheapest_plan(cl_device):  # type: ignore[no-untyped-
     assert td.stage_flops(e, td.element_stages(e, cfg["last"])) < flops[None]
 
 
+def test_gpu_default_stages_the_operator_only_where_it_fits() -> None:
+    """On every GPU model the default is a valid configuration: at 56 nodes the gradient's
+    operator (3 x 56 x 56 doubles, 73 KiB) exceeds a GPU's 48 KiB of local memory, and the
+    default reads it from global memory where the device's local memory is smaller (it
+    staged it, and was refused as invalid, so the hook fell back to ``generic``); at 35
+    nodes it still stages it."""
+    from feinsum.devices.models import MODELS
+
+    def gradient(n: int) -> fs.BatchedEinsum:
+        return canonicalize(fs.einsum("xre,rij,ej->xei", fs.array("J", (3, 3, "E"), "float64"),
+                                      fs.array("D", (3, n, n), "float64"),
+                                      fs.array("u", ("E", n), "float64")))
+
+    big, small = gradient(56), gradient(35)
+    checked: list[bool] = []
+    for model in MODELS.values():
+        dev = model.info
+        if dev.is_cpu or recipe().applies(big, dev) is not None:
+            continue
+        cfg = recipe().default(big, dev)
+        assert recipe().space(big, dev).is_valid(cfg), model.key
+        assert cfg["local_operator"] == (dev.local_mem_size >= 3 * 56 * 56 * 8)
+        assert recipe().default(small, dev)["local_operator"]
+        checked.append(cfg["local_operator"])
+    assert False in checked
+
+
 def test_constraint_violations_are_rejected(cl_device):  # type: ignore[no-untyped-def]
     from feinsum.lowering.kernel import generate_loopy
 

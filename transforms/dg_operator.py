@@ -10,8 +10,8 @@ gathered into private vectors, the contraction runs in one or two stages (``last
 operand contracted last, ``null``: all at once), each stage computing ``acc1``/``acc2``
 outputs at once with independent accumulators in one reduction loop, ``rows_per_pass``
 fields sharing every loop. The operator is read from global memory (cached) or staged
-in local memory (``local_operator``; ``staging``: by its first index, ``"rows"``, or one
-flat index over all the work-items, ``"flat"``, the GPU default). ``lanes="index"``
+in local memory (``local_operator``, on GPUs where it fits; ``staging``: by its first index,
+``"rows"``, or one flat index over all the work-items, ``"flat"``). ``lanes="index"``
 (element-blocked data, e.g. ``ij,bjl->bil``): the lanes are the output's last index ``l``
 instead, operands read and written as whole vectors (``vec`` must then equal its
 length). See :mod:`feinsum.toolbox.dense`.
@@ -43,8 +43,7 @@ def _private_bytes(e: Any, p: dict[str, Any]) -> int:
 
 def _least_private(e: Any, last: int | None) -> int:
     """Private bytes of the smallest configuration with this plan (one lane, accumulator)."""
-    return _private_bytes(e, {"last": last, "lanes": "elements", "acc1": 1, "acc2": 1,
-                              "vec": 1})
+    return _private_bytes(e, {"last": last, "lanes": "elements", "acc1": 1, "acc2": 1, "vec": 1})
 
 
 def _applies(e: Any, device: Any) -> str | None:
@@ -109,6 +108,7 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
                                        td.stage_flops(e, td.element_stages(e, c, lane))))
     stages = td.element_stages(e, last, lane)
     lanes = td.native_lanes(e, device) if device.is_cpu else 1
+    fits = td.operator_entries(e) * td.itemsize(e) <= device.local_mem_size
     accs = []
     for st in stages:
         a = td.accumulator_index(e, st)
@@ -117,7 +117,7 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
            "last": last, "vec": min(lanes, VEC[-1]),
            "work_items": CPU_WORK_ITEMS if device.is_cpu else device.default_work_items,
            "acc1": accs[0], "acc2": accs[1] if len(accs) > 1 else 1, "rows_per_pass": 1,
-           "unroll": 4, "local_operator": not device.is_cpu, "fast_math": False,
+           "unroll": 4, "local_operator": not device.is_cpu and fits, "fast_math": False,
            "staging": "rows" if device.is_cpu else "flat",
            "lanes": "index" if lane else "elements"}
     if lane:
