@@ -11,10 +11,11 @@ memory once per work-group by all its work-items (flat, coalesced; ``operator="r
 then each work-item's entries kept in registers); element data read by every node is
 staged per block the same way and read as broadcasts; ``rows_per_pass`` fields of a batch
 share every loop; ``groups``: work-groups looping over the element blocks (0: one block per
-work-group); ``split``: a loop over divergence's ``r`` around both stages, so that local
-memory holds one slice of the first stage's result; ``pairs``: a stage whose inputs all lie
-in local memory reads two points of its reduction index at a time, one vector load a pair
-(:mod:`feinsum.toolbox.node_pairs`; not in the default's search). See
+work-group); ``split``: a loop over ``r`` around both stages, so that local memory holds
+one slice of the divergence's first-stage result, or of the gradient's operator; ``pairs``:
+a stage whose inputs all lie in local memory reads two points of its reduction index at a
+time, one vector load a pair (:mod:`feinsum.toolbox.node_pairs`; not in the default's
+search). See
 :mod:`feinsum.toolbox.nodes` and :mod:`feinsum.toolbox.node_plan`.
 """
 
@@ -90,8 +91,8 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
              "whose first index is the split index (divergence's D[r,i,j], last=2)"),
          rc.Constraint("split_plan", lambda p: not p["split"] or tp.split_index(
              e, td.element_stages(e, p["last"])) is not None, "split needs a plan whose "
-             "first stage's result goes through local memory and is reduced by the second "
-             "over an index of its own (divergence with last=2)"),
+             "first stage has an output index the second reduces (divergence and gradient "
+             "with last=2)"),
          rc.Constraint("flat_plan", lambda p: not p["flat"] or tp.flat_possible(
              e, td.element_stages(e, p["last"])), "flat needs a plan whose first stage's "
              f"result goes through local memory, with at most {tp.MAX_FLAT_TERMS} "

@@ -297,7 +297,7 @@ def _candidates(e: BatchedEinsum, device: Any) -> Iterator[tuple[int | None, Nod
         stages = plan_stages(e, last)
         regs = [False, True] if any(access(e, stages, c, True) == "registers"
                                     for c in range(e.noperands)) else [False]
-        splits = [False, True] if split_index(e, stages) else [False]
+        splits = [False, True] if _split_offered(e, stages, device) else [False]
         flats = [False, True] if flat_possible(e, stages) else [False]
         for n, f, reg, sp, fl, cut in itertools.product(
                 (1, 2, 4, 8), range(1, e.nrows + 1), regs, splits, flats, (False, True)):
@@ -308,6 +308,23 @@ def _candidates(e: BatchedEinsum, device: Any) -> Iterator[tuple[int | None, Nod
             # one wave of work-groups looping over the blocks: operators staged once
             yield last, NodeLayout(lanes, rows, n, f, reg, device.compute_units
                                    * resident_groups(e, stages, lay, device), sp, fl, cut)
+
+
+def _split_offered(e: BatchedEinsum, stages: Sequence[Stage], device: Any) -> bool:
+    """Whether the default's search tries split layouts of the plan *stages*: where the
+    first stage's result goes through local memory (the divergence's: one slice of it
+    there at a time); where it stays in registers (the gradient's), only if the plan's
+    operators do not fit the local memory whole (slices are staged again for every
+    block, which the estimate undercounts: on the ``mi250x`` model it took them for the
+    gradient at 35 nodes, predicted 40 % slower)."""
+    if split_index(e, stages) is None:
+        return False
+    if not kept_private(e, stages, 0):
+        return True
+    whole = sum(math.prod(length(e, i) for i in e.in_indices[c])
+                for (r, c), o in owners(e).items()
+                if o == r and access(e, stages, c, False) in ("local", "registers"))
+    return whole * itemsize(e) > device.local_mem_size
 
 
 class _Same:

@@ -132,7 +132,7 @@ def split_index(e: BatchedEinsum, stages: Sequence[Stage]) -> str | None:
     of the first (not its lane index) that the second reduces, the first-stage result
     going through local memory (divergence's ``r``: ``W[j]`` for one ``r`` at a time), so
     that the local memory holds one slice of that result; ``None``: none."""
-    if len(stages) < 2 or kept_private(e, stages, 0):
+    if len(stages) < 2:
         return None
     lane = stage_lane(e, stages, 0)
     cands = [i for i in stages[0].out if i != lane and i not in stages[1].out]

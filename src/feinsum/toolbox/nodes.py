@@ -467,12 +467,11 @@ def _factor(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, s: in
         return subscript(name, pair_row(e, stages, layout, s, col, vals, local_el, mode)
                          + pair[0], pair[1])
     if col == "w":
-        prev = stages[s - 1]
+        pout = stage_out(e, stages, s - 1, outer(e, stages, layout))
         if kept_private(e, stages, s - 1):
             plane = stage_lane(e, stages, s - 1)
             return subscript(f"a{s - 1}_r{r % slots(e, layout)}", n, t,
-                             *(vals[i] for i in prev.out if i != plane))
-        pout = stage_out(e, stages, s - 1, outer(e, stages, layout))
+                             *(vals[i] for i in pout if i != plane))
         size = math.prod(length(e, i) for i in pout)
         return subscript(f"w{s - 1}_{r % slots(e, layout)}",
                          local_el * size + flat(e, pout, vals))
