@@ -15,8 +15,7 @@ work-group); ``split``: a loop over ``r`` around both stages, so that local memo
 one slice of the divergence's first-stage result, or of the gradient's operator; ``pairs``:
 a stage whose inputs all lie in local memory reads two points of its reduction index at a
 time, one vector load a pair (:mod:`feinsum.toolbox.node_pairs`; not in the default's
-search). See
-:mod:`feinsum.toolbox.nodes` and :mod:`feinsum.toolbox.node_plan`.
+search). See :mod:`feinsum.toolbox.nodes` and :mod:`feinsum.toolbox.node_plan`.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import Any, cast
 from feinsum.devices.info import GENERIC_GPU
 from feinsum.spec.model import BatchedEinsum
 from feinsum.toolbox.dense import Stage, element_stages, plans, stage_indices
+from feinsum.toolbox.dense import operator_entries as dense_operator_entries
 from feinsum.toolbox.node_plan import (
     MAX_GROUPS_PER_UNIT,
     MAX_UNROLLED,
@@ -313,18 +314,15 @@ def _candidates(e: BatchedEinsum, device: Any) -> Iterator[tuple[int | None, Nod
 def _split_offered(e: BatchedEinsum, stages: Sequence[Stage], device: Any) -> bool:
     """Whether the default's search tries split layouts of the plan *stages*: where the
     first stage's result goes through local memory (the divergence's: one slice of it
-    there at a time); where it stays in registers (the gradient's), only if the plan's
-    operators do not fit the local memory whole (slices are staged again for every
-    block, which the estimate undercounts: on the ``mi250x`` model it took them for the
-    gradient at 35 nodes, predicted 40 % slower)."""
+    there at a time); where it stays in registers (the gradient's), only if the einsum's
+    element-independent operands do not fit the local memory whole (slices are staged
+    again for every block, which the estimate undercounts: on the ``mi250x`` model it took
+    them for the gradient at 35 nodes, predicted 40 % slower)."""
     if split_index(e, stages) is None:
         return False
     if not kept_private(e, stages, 0):
         return True
-    whole = sum(math.prod(length(e, i) for i in e.in_indices[c])
-                for (r, c), o in owners(e).items()
-                if o == r and access(e, stages, c, False) in ("local", "registers"))
-    return whole * itemsize(e) > device.local_mem_size
+    return dense_operator_entries(e) * itemsize(e) > device.local_mem_size
 
 
 class _Same:

@@ -129,9 +129,10 @@ def kept_private(e: BatchedEinsum, stages: Sequence[Stage], s: int) -> bool:
 @functools.lru_cache(maxsize=1 << 16)
 def split_index(e: BatchedEinsum, stages: Sequence[Stage]) -> str | None:
     """The index a split layout loops over around the first two stages: an output index
-    of the first (not its lane index) that the second reduces, the first-stage result
-    going through local memory (divergence's ``r``: ``W[j]`` for one ``r`` at a time), so
-    that the local memory holds one slice of that result; ``None``: none."""
+    of the first (not its lane index) that the second reduces: the divergence's ``r``
+    (``W[j]`` for one ``r`` at a time, so that the local memory holds one slice of that
+    result) or the gradient's (its first-stage result, kept in registers, for one ``r`` at
+    a time, so that the local memory needs one slice of ``D``); ``None``: none."""
     if len(stages) < 2:
         return None
     lane = stage_lane(e, stages, 0)
