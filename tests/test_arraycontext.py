@@ -295,6 +295,36 @@ def test_dg_programs_for_a_gpu_model(cl_queue: Any) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13 * np.abs(want).max())
 
 
+def test_high_order_gradients_for_a_gpu_model(cl_queue: Any) -> None:
+    """Gradients of degree 5 and 6 on tetrahedra (56 and 84 nodes) as pytato writes them,
+    for the H200 model, on the CPU device: at 56 nodes ``D`` (73 KiB) exceeds local memory
+    and dg_nodes loops over ``r`` with one ``D[r]`` in it; at 84 nodes dg_nodes does not
+    fit and dg_operator reads ``D`` from global memory (its default had staged it, was
+    refused, and the hook fell back to generic). Both match numpy."""
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+    from feinsum.devices.models import MODELS
+
+    actx = FeinsumPytatoPyOpenCLArrayContext(cl_queue, feinsum_db=False,
+                                             feinsum_device=MODELS["h200"].info)
+    rng = np.random.default_rng(11)
+    for n, recipe, key, value in ((56, "dg_nodes", "split", True),
+                                  (84, "dg_operator", "local_operator", False)):
+        J, D = rng.standard_normal((3, 3, 301)), rng.standard_normal((3, n, n))
+        u = rng.standard_normal((301, n))
+
+        def program(J: Any, D: Any, u: Any) -> Any:
+            return 2.0 * actx.einsum("xre,rij,ej->xei", J, D, u) + 1.0
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = actx.to_numpy(actx.compile(program)(*map(actx.from_numpy, (J, D, u))))
+        (group,) = actx.feinsum_last_report.groups
+        assert (group.recipe, group.action) == (recipe, "default")
+        assert group.params[key] is value
+        want = 2.0 * np.einsum("xre,rij,ej->xei", J, D, u) + 1.0
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12 * np.abs(want).max())
+
+
 def test_a_constant_factor_keeps_float64(cl_queue: Any) -> None:
     """``0.4 * actx.einsum(...)`` in float64 is one einsum under pytato with the constant
     as an operand: the hook's kernel multiplies by 0.4, not by float32's
