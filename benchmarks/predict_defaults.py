@@ -12,7 +12,7 @@ configuration for the model is generated and predicted
 bounding resource, and the best fraction of the roofline the model allows any one-kernel
 schedule (:func:`feinsum.prediction.floor_seconds`: one launch, the roofline's flops and
 bytes in sequence as far as the hardware keeps them). The recipe the hook picks when the
-database is empty (the first applicable one in :data:`feinsum.hook.PREFERENCE`) is marked
+database is empty (the first applicable one in :func:`feinsum.hook.preference`'s order) is marked
 ``*``. This is how GPU schedules are judged in a session without a GPU;
 ``benchmarks/bench_gpu.py`` measures them when one is lent. Rows are printed as they are
 predicted (a default takes 1-50 s).
@@ -37,7 +37,7 @@ from typing import Any
 
 import feinsum
 from feinsum.devices.models import MODELS
-from feinsum.hook import ordered_recipes
+from feinsum.hook import ordered_recipes, preference
 from feinsum.prediction import floor_seconds, predict_configuration
 from feinsum.tuning.workloads import FAMILIES, workloads
 
@@ -67,7 +67,6 @@ def _best_sampled(r: Any, spec: Any, info: Any, model: str, lengths: Any, n: int
 
 
 def _rows(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    recipes = ordered_recipes(feinsum.recipes())
     for w in workloads(families=tuple(args.family), gpu=True).values():
         if args.workload and w.name not in args.workload:
             continue
@@ -75,7 +74,7 @@ def _rows(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         lengths = feinsum.canonical_lengths(w.spec.with_lengths(w.lengths))
         for model in args.model:
             info, hook_pick = MODELS[model].info, None
-            for r in recipes:
+            for r in ordered_recipes(feinsum.recipes(), default=preference(spec, info)):
                 if r.has_prepare or r.applies(spec, info) is not None:
                     continue
                 hook_pick = hook_pick or r.name

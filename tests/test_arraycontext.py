@@ -325,6 +325,32 @@ def test_high_order_gradients_for_a_gpu_model(cl_queue: Any) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12 * np.abs(want).max())
 
 
+def test_a_high_order_local_operator_for_a_gpu_model_is_a_gemm(cl_queue: Any) -> None:
+    """A degree-6 local operator (84 nodes, ``D`` 56 KiB in float64) as pytato writes it,
+    for the H200 model on the CPU device: ``D`` exceeds the local memory and dg_nodes does
+    not fit, so the hook takes gemm_gpu's default (dg_operator's read ``D`` from global
+    memory: predicted 2x slower); at 35 nodes dg_nodes as before. Both match numpy."""
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+    from feinsum.devices.models import MODELS
+
+    actx = FeinsumPytatoPyOpenCLArrayContext(cl_queue, feinsum_db=False,
+                                             feinsum_device=MODELS["h200"].info)
+    rng = np.random.default_rng(12)
+    for n, recipe in ((84, "gemm_gpu"), (35, "dg_nodes")):
+        D, u = rng.standard_normal((n, n)), rng.standard_normal((301, n))
+
+        def program(D: Any, u: Any) -> Any:
+            return 0.5 * actx.einsum("ij,ej->ei", D, u)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = actx.to_numpy(actx.compile(program)(actx.from_numpy(D), actx.from_numpy(u)))
+        (group,) = actx.feinsum_last_report.groups
+        assert (group.recipe, group.action) == (recipe, "default"), str(group)
+        want = 0.5 * u @ D.T
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12 * np.abs(want).max())
+
+
 def test_a_constant_factor_keeps_float64(cl_queue: Any) -> None:
     """``0.4 * actx.einsum(...)`` in float64 is one einsum under pytato with the constant
     as an operand: the hook's kernel multiplies by 0.4, not by float32's

@@ -9,14 +9,15 @@ record of the timing database.
   from which rung, what was done to each kernel, how long each phase took;
 * :class:`HookWarning`, :class:`CacheWarning` — the hook left a program as it was, the
   persistent cache could not be read or written;
-* :data:`PREFERENCE` — the recipe order of the ``"default"`` rung;
+* :data:`PREFERENCE` — the recipe order of the ``"default"`` rung (:func:`preference`:
+  as one einsum on one device takes it);
 * :class:`TuningLock` — the cross-process lock that makes one process tune a spec (a
   :class:`FileLock`, which also makes one process transform a given program).
 
 See the compiler writer's guide (``docs/compiler-guide.rst``, "The hook").
 """
 
-from feinsum.hook.choice import PREFERENCE, default_choices, ordered_recipes
+from feinsum.hook.choice import PREFERENCE, default_choices, ordered_recipes, preference
 from feinsum.hook.locks import FileLock, TuningLock, lock_directory
 from feinsum.hook.mixin import FeinsumTransformMixin
 from feinsum.hook.program import ON_MISS, clear_cache, program_key, transform_program
@@ -38,6 +39,7 @@ __all__ = [
     "default_choices",
     "lock_directory",
     "ordered_recipes",
+    "preference",
     "program_key",
     "transform_program",
 ]

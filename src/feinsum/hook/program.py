@@ -219,7 +219,7 @@ def transform_program(
     :arg db: a :class:`~feinsum.database.Database`, a path or URL, None (the default
         database) or False (no database: recipe defaults only).
     :arg on_miss: when no record exists: ``"default"`` applies the heuristic default of the
-        first applicable recipe in :data:`feinsum.hook.PREFERENCE` order, ``"tune"`` tunes
+        first applicable recipe in :func:`feinsum.hook.preference`'s order, ``"tune"`` tunes
         (with *budget* evaluations and *time_limit* seconds) and records, then replays the
         best, ``"skip"`` leaves the group alone, ``"error"`` raises
         :class:`~feinsum.errors.MissingRecordError`.
