@@ -155,7 +155,10 @@ def test_errors_name_the_limit() -> None:
     cfg = {**r.default(e, dev), "vec": 2}
     with pytest.raises(InvalidConfigurationError, match="private_bytes_per_work_item"):
         r.space(e, dev).validate(cfg)
-    why = r.applies(e, MODELS["max1550"].info)
+    J, D = feinsum.array("J", (3, 3, "E")), feinsum.array("D", (3, 120, 120))
+    us = [feinsum.array(f"u{k}", (3, "E", 120)) for k in range(4)]  # degree 7: 11.6 KiB
+    big = canonicalize(feinsum.batched_einsum("xre,rij,xej->ei", [[J, D, u] for u in us]))
+    why = r.applies(big, MODELS["mi250x"].info)
     assert why is not None and "private_bytes_per_work_item" in why
     g = feinsum.get_recipe("contraction")
     e2 = canonicalize(workloads(small=True)["gemm"].spec)

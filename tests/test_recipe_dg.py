@@ -107,6 +107,40 @@ def test_gpu_default_stages_the_operator_only_where_it_fits() -> None:
     assert False in checked
 
 
+def test_a_smaller_gpu_work_group_takes_more_private_memory(cl_queue):  # type: ignore[no-untyped-def]
+    """Four fields of a degree-6 divergence (84 nodes, float64): gathering their ``u``
+    takes 8200 private bytes per work-item, just over the H200's 8192 for its default
+    64-item group, and no configuration applied (the hook fell back to ``generic``:
+    9.2 ms on the h200 model). A 32-item group's items share the same registers and L1:
+    the default takes one, at least twice as fast as generic on the model, valid, and right
+    on the CPU device. Where the private arrays fit the default group, the default keeps
+    it."""
+    from feinsum.devices.models import MODELS
+    from feinsum.prediction import predict_configuration
+    from feinsum.recipes import get_recipe
+    from feinsum.recipes.testing import check_configuration
+    from feinsum.toolbox import dense as td
+
+    def divergence_x4(n: int) -> fs.BatchedEinsum:
+        J, D = fs.array("J", (3, 3, "E"), "float64"), fs.array("D", (3, n, n), "float64")
+        us = [fs.array(f"u{k}", (3, "E", n), "float64") for k in range(4)]
+        return fs.batched_einsum("xre,rij,xej->ei", [[J, D, u] for u in us])
+
+    dev = MODELS["h200"].info
+    spec = divergence_x4(84)
+    e, lengths = canonicalize(spec), fs.canonical_lengths(spec.with_lengths({"E": 100_000}))
+    assert recipe().applies(e, dev) is None
+    cfg = recipe().default(e, dev, lengths)
+    assert cfg["work_items"] == 32 and recipe().space(e, dev).is_valid(cfg)
+    assert td.private_limit(dev, 64) < 8200 <= td.private_limit(dev, 32)
+    generic = get_recipe("generic")
+    assert (2 * predict_configuration(recipe(), e, cfg, "h200", lengths).seconds
+            < predict_configuration(generic, e, generic.default(e, dev, lengths), "h200",
+                                    lengths).seconds)
+    assert check_configuration(recipe(), e, cfg, ({"n0": 37},), cl_queue, device=dev) is None
+    assert recipe().default(canonicalize(divergence_x4(35)), dev)["work_items"] == 64
+
+
 def test_constraint_violations_are_rejected(cl_device):  # type: ignore[no-untyped-def]
     from feinsum.lowering.kernel import generate_loopy
 

@@ -49,11 +49,11 @@ def _least_private(e: Any, last: int | None) -> int:
 def _applies(e: Any, device: Any) -> str | None:
     if why := td.element_reason(e):
         return why
-    least, limit = min(_least_private(e, c) for c in td.plans(e)), (
-        device.private_bytes_per_work_item)
+    least, limit = min(_least_private(e, c) for c in td.plans(e)), td.private_limit(device)
     return None if least <= limit else (
         f"every configuration needs {least} private bytes per work-item, more than the "
-        f"device's private_bytes_per_work_item ({limit})")
+        f"{limit} of a one-subgroup work-group (private_bytes_per_work_item, GPUs: times "
+        "default_work_items / subgroup_width)")
 
 
 def _space(e: Any, device: Any) -> rc.ParameterSpace:
@@ -61,7 +61,6 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
     lanes = 2 * td.native_lanes(e, device)
     # accumulator lanes: half the vector registers (the rest hold gathered operands)
     regs = device.vector_registers(td.itemsize(e)) // 2 * td.native_lanes(e, device)
-    private = device.private_bytes_per_work_item
     lasts = td.plans(e)
     B = int(e.lengths[e.out_indices[-1]]) if td.lane_index(e) else 0
     params = {
@@ -79,8 +78,9 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
         rc.at_most("registers", lambda p: max(p["acc1"], p["acc2"]) * p["rows_per_pass"]
                 * p["vec"], regs, "accumulator lanes (acc x rows_per_pass x vec) <= half "
                 "the device's vector registers, in lanes"),
-        rc.at_most("private_memory", lambda p: _private_bytes(e, p), private,
-                "private bytes per work-item <= the device's private_bytes_per_work_item"),
+        rc.Constraint("private_memory", lambda p: _private_bytes(e, p) <= td.private_limit(
+            device, p["work_items"]), "private bytes per work-item <= the device's "
+            "private_bytes_per_work_item (GPUs: times default_work_items / work_items)"),
         rc.at_most("group_private", lambda p: _private_bytes(e, p) * p["work_items"],
                    device.group_private_bytes, "private bytes x work_items <= the device's "
                    "group_private_bytes (CPUs: PoCL runs a work-group on one stack)"),
@@ -101,11 +101,9 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
-    options = td.plans(e)
-    lane = td.lane_index(e)
-    fits = device.private_bytes_per_work_item
-    last = min(options, key=lambda c: (_least_private(e, c) > fits,
-                                       td.stage_flops(e, td.element_stages(e, c, lane))))
+    lane, fits = td.lane_index(e), td.private_limit(device)
+    last = min(td.plans(e), key=lambda c: (_least_private(e, c) > fits,
+                                           td.stage_flops(e, td.element_stages(e, c, lane))))
     stages = td.element_stages(e, last, lane)
     lanes = td.native_lanes(e, device) if device.is_cpu else 1
     fits = td.operator_entries(e) * td.itemsize(e) <= device.local_mem_size
@@ -122,11 +120,13 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
            "lanes": "index" if lane else "elements"}
     if lane:
         cfg["vec"] = int(e.lengths[lane])
-    while _private_bytes(e, cfg) > device.private_bytes_per_work_item and (
-            cfg["vec"] > 1 and not lane):
+    def over() -> bool:
+        return _private_bytes(e, cfg) > td.private_limit(device, cfg["work_items"])
+    while over() and cfg["vec"] > 1 and not lane:
         cfg["vec"] //= 2
-    while _private_bytes(e, cfg) > device.private_bytes_per_work_item and max(
-            cfg["acc1"], cfg["acc2"]) > 1:  # fewer accumulators (A100's 7 KiB: x4 fields)
+    while over() and not device.is_cpu and cfg["work_items"] > (device.subgroup_width or 1):
+        cfg["work_items"] //= 2  # a smaller group's larger share (GPUs)
+    while over() and max(cfg["acc1"], cfg["acc2"]) > 1:  # A100's 7 KiB: x4 fields
         cfg["acc1" if cfg["acc1"] >= cfg["acc2"] else "acc2"] -= 1
     return cfg
 

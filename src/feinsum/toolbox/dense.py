@@ -215,6 +215,19 @@ def private_entries(e: BatchedEinsum, stages: Sequence[Stage], acc: Sequence[int
     return n + sum(acc) * e.nrows
 
 
+def private_limit(device: Any, work_items: int | None = None) -> int:
+    """Private bytes one work-item of a *work_items* group may use (``None``: the least
+    group, one subgroup): the device's ``private_bytes_per_work_item`` (a compute unit's
+    registers and L1 shared by its default work-group); on GPUs, the items of a smaller
+    group (a subgroup at least) share the same: ``8192`` bytes on the H200 for 64 items,
+    ``16384`` for 32. CPUs: the fixed budget."""
+    base = int(device.private_bytes_per_work_item)
+    if device.is_cpu:
+        return base
+    items = max(int(device.subgroup_width or 1), work_items or 1)
+    return base * max(1, device.default_work_items // items)
+
+
 def operator_entries(e: BatchedEinsum) -> int:
     """Entries of the element-independent operands (what ``local_operator`` stages)."""
     el = element_index(e)
