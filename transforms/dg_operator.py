@@ -78,7 +78,7 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
         rc.at_most("registers", lambda p: max(p["acc1"], p["acc2"]) * p["rows_per_pass"]
                 * p["vec"], regs, "accumulator lanes (acc x rows_per_pass x vec) <= half "
                 "the device's vector registers, in lanes"),
-        rc.Constraint("private_memory", lambda p: _private_bytes(e, p) <= td.private_limit(
+        rc.at_most("private_memory", lambda p: _private_bytes(e, p), lambda p: td.private_limit(
             device, p["work_items"]), "private bytes per work-item <= the device's "
             "private_bytes_per_work_item (GPUs: times default_work_items / work_items)"),
         rc.at_most("group_private", lambda p: _private_bytes(e, p) * p["work_items"],

@@ -324,12 +324,17 @@ class Constraint:
         return text
 
 
-def at_most(name: str, value: Callable[[Config], float], limit: float, what: str) -> Constraint:
+def at_most(name: str, value: Callable[[Config], float],
+            limit: float | Callable[[Config], float], what: str) -> Constraint:
     """A constraint ``value(config) <= limit`` whose violation message gives both numbers,
     e.g. ``at_most("work_group_size", lambda p: p["lx"] * p["ly"],
-    device.max_work_group_size, "work-items per group <= max_work_group_size")``."""
+    device.max_work_group_size, "work-items per group <= max_work_group_size")``; *limit*
+    may depend on the configuration (a function of it)."""
+    def bound(p: Config) -> float:
+        return limit(p) if callable(limit) else limit
+
     return Constraint(
-        name, lambda p: value(p) <= limit, what, lambda p: f"{value(p)} > {limit}"
+        name, lambda p: value(p) <= bound(p), what, lambda p: f"{value(p)} > {bound(p)}"
     )
 
 
