@@ -80,3 +80,33 @@ def test_the_hook_places_each_gpu_default_and_it_computes_the_einsum(
         g_, w_ = (np.asarray(x.get() if hasattr(x, "get") else x) for x in (g_, w_))
         tol = 1e-4 if w_.dtype.itemsize <= 4 else 1e-10
         np.testing.assert_allclose(g_, w_, rtol=tol, atol=tol * float(np.abs(w_).max()))
+
+
+def test_high_order_dg_einsums_get_a_specialised_default() -> None:
+    """The DG operators of degrees 5 to 7 on tetrahedra (56, 84, 120 nodes; float64; one
+    field and four), for the H200 model: the hook's first choice is a specialised recipe,
+    never ``generic`` (the degree-6 divergence of four fields fell back to it: dg_operator
+    refused 8200 private bytes a work-item against 8192), and its default is valid."""
+    from feinsum import array, batched_einsum, canonical_lengths, canonicalize, einsum
+    from feinsum.hook.choice import default_choices
+    from feinsum.recipes import recipes
+
+    dev, every = MODELS["h200"].info, recipes()
+    for p in (5, 6, 7):
+        n, nf = (p + 1) * (p + 2) * (p + 3) // 6, (p + 1) * (p + 2) // 2
+        D, D3 = array("D", (n, n)), array("D", (3, n, n))
+        J, L, Jf = array("J", (3, 3, "E")), array("L", (n, 4, nf)), array("J", (4, "E"))
+        u = [array(f"u{k}", ("E", n)) for k in range(4)]
+        u3 = [array(f"u{k}", (3, "E", n)) for k in range(4)]
+        v = [array(f"v{k}", (4, "E", nf)) for k in range(4)]
+        forms = {"ij,ej->ei": [[D, w] for w in u], "xre,rij,xej->ei": [[J, D3, w] for w in u3],
+                 "xre,rij,ej->xei": [[J, D3, w] for w in u],
+                 "ifj,fe,fej->ei": [[L, Jf, w] for w in v]}
+        for subs, rows in forms.items():
+            for spec in (einsum(subs, *rows[0]), batched_einsum(subs, rows)):
+                e = canonicalize(spec)
+                lengths = canonical_lengths(spec.with_lengths({"E": 100_000}))
+                choices, why = default_choices(e, dev, every, lengths=lengths)
+                assert choices and choices[0].recipe.name != "generic", (p, subs, why)
+                first = choices[0]
+                assert first.recipe.space(e, dev).is_valid(first.params), (p, subs)
