@@ -124,7 +124,7 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
         return _private_bytes(e, cfg) > td.private_limit(device, cfg["work_items"])
     while over() and cfg["vec"] > 1 and not lane:
         cfg["vec"] //= 2
-    while over() and not device.is_cpu and cfg["work_items"] > (device.subgroup_width or 1):
+    while over() and not device.is_cpu and cfg["work_items"] > (device.subgroup_width or 32):
         cfg["work_items"] //= 2  # a smaller group's larger share (GPUs)
     while over() and max(cfg["acc1"], cfg["acc2"]) > 1:  # A100's 7 KiB: x4 fields
         cfg["acc1" if cfg["acc1"] >= cfg["acc2"] else "acc2"] -= 1

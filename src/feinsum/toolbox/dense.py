@@ -45,6 +45,7 @@ import loopy as lp
 import numpy as np
 import pymbolic.primitives as prim
 
+from feinsum.devices.info import GENERIC_GPU
 from feinsum.errors import RecipeError
 from feinsum.spec.model import Array, BatchedEinsum
 from feinsum.toolbox.core import kernel_of
@@ -224,7 +225,7 @@ def private_limit(device: Any, work_items: int | None = None) -> int:
     base = int(device.private_bytes_per_work_item)
     if device.is_cpu:
         return base
-    items = max(int(device.subgroup_width or 1), work_items or 1)
+    items = max(int(device.subgroup_width or GENERIC_GPU["subgroup_width"]), work_items or 1)
     return base * max(1, device.default_work_items // items)
 
 
