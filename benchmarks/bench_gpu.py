@@ -4,7 +4,7 @@ budget, time the peers installed there, record everything as it goes, print one 
     python benchmarks/bench_gpu.py [--device SPEC] [--out DIR] [--db PATH] [--budget 8]
                                    [--time-budget 450] [--time-limit S] [--peer-limit S]
                                    [--lengths reference|gpu|quick] [--only NAME ...]
-                                   [--no-peers] [--gpu-peers-only]
+                                   [--no-peers] [--gpu-peers-only] [--dg-degree P]
 
 1. The device (``--device``, else ``PYOPENCL_CTX``, else the first usable GPU, else the CPU):
    the probe of :mod:`feinsum.devices.probe` must pass; its limits and the device model
@@ -18,7 +18,10 @@ budget, time the peers installed there, record everything as it goes, print one 
    ``DIR/bench-gpu.sqlite``; a re-run resumes and measures nothing twice), at
    workloads.md's GPU sizes on a GPU (the few-rows workload's 64 rows; 16 on a CPU).
    ``--lengths gpu``: GPU-sized problems (``E``, ``M`` and ``N`` = 1e6); ``quick`` (or
-   ``--quick``): small ones (a smoke test).
+   ``--quick``): small ones (a smoke test). ``--dg-degree P``: the DG operators at
+   polynomial degree ``P`` on tetrahedra instead of 4 (named ``local_pP`` and so on;
+   ``--only local_p6 divergence_x4_p6``): where the operator outgrows local memory
+   (degree 6: 84 nodes), the hook's defaults change recipe.
 4. The peers that import (``gpu_peers.py``: numpy, torch on CUDA, chunked for the kernel
    reductions, cupy, pykeops), each bounded in time: timed on a subsample of the long axis
    and scaled when the full size would not fit its bound (the table marks it ``~``), or
@@ -82,7 +85,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import feinsum as fs  # noqa: E402
-from feinsum.tuning.workloads import workloads  # noqa: E402
+from feinsum.tuning.workloads import DG_DEGREE, workloads  # noqa: E402
 
 FAMILIES = ("dg", "contraction", "kernel", "elementwise", "reduction")
 #: The GPU-sized lengths of ``--lengths gpu`` (symbols not named keep their reference length).
@@ -359,6 +362,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--only", nargs="*", help="workload names")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--gpu-peers-only", action="store_true", help="leave the numpy peers out")
+    ap.add_argument("--dg-degree", type=_count, default=DG_DEGREE,
+                    help="the DG operators' polynomial degree on tetrahedra (4: 35 nodes)")
     args = ap.parse_args(argv)
     t_start = time.monotonic()
     which = "quick" if args.quick else args.lengths
@@ -379,7 +384,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"datasheet ({info.model}): {info.peak_bandwidth / 1e9:.0f} GB/s, "
               f"{info.peak_flops_fp32 / 1e12:.1f} TFLOP/s fp32, "
               f"{info.peak_flops_fp64 / 1e12:.1f} fp64")
-    chosen = workloads(small=which == "quick", families=FAMILIES, gpu=not info.is_cpu)
+    chosen = workloads(small=which == "quick", families=FAMILIES, gpu=not info.is_cpu,
+                       dg_degree=args.dg_degree)
     if args.only:
         unknown = set(args.only) - set(chosen)
         if unknown:

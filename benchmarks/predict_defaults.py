@@ -3,6 +3,7 @@
     python benchmarks/predict_defaults.py [--model h200 h100 ...] [--family dg ...]
                                           [--workload NAME ...] [--recipe NAME ...]
                                           [--rst FILE] [--sample N [--seed S]]
+                                          [--dg-degree P]
 
 For every reference workload (:func:`feinsum.tuning.workloads.workloads`, at its
 ``workloads.md`` GPU lengths: the few-rows workload's 64 rows), every device model given
@@ -16,6 +17,10 @@ database is empty (the first applicable one in :func:`feinsum.hook.preference`'s
 ``*``. This is how GPU schedules are judged in a session without a GPU;
 ``benchmarks/bench_gpu.py`` measures them when one is lent. Rows are printed as they are
 predicted (a default takes 1-50 s).
+
+``--dg-degree P``: the DG operators at polynomial degree ``P`` on tetrahedra (default 4,
+35 nodes; 6: 84 nodes, whose operator outgrows a GPU's local memory), named ``local_pP``
+and so on.
 
 ``--rst FILE`` also writes the table as reStructuredText (for the docs). ``--sample N``
 checks that each default is the best schedule the model knows of: it also predicts ``N``
@@ -39,7 +44,7 @@ import feinsum
 from feinsum.devices.models import MODELS
 from feinsum.hook import ordered_recipes, preference
 from feinsum.prediction import floor_seconds, predict_configuration
-from feinsum.tuning.workloads import FAMILIES, workloads
+from feinsum.tuning.workloads import DG_DEGREE, FAMILIES, workloads
 
 HEADER = ("workload", "model", "recipe", "predicted", "roofline", "bound by", "model's best")
 SAMPLED = ("best sampled", "default / best", "best configuration", "not predicted")
@@ -67,7 +72,8 @@ def _best_sampled(r: Any, spec: Any, info: Any, model: str, lengths: Any, n: int
 
 
 def _rows(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    for w in workloads(families=tuple(args.family), gpu=True).values():
+    for w in workloads(families=tuple(args.family), gpu=True,
+                       dg_degree=args.dg_degree).values():
         if args.workload and w.name not in args.workload:
             continue
         spec = feinsum.canonicalize(w.spec)
@@ -118,9 +124,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="also predict N random valid configurations of each recipe and "
                     "give the best")
     ap.add_argument("--seed", type=int, default=0, help="seed of --sample")
+    ap.add_argument("--dg-degree", type=int, default=DG_DEGREE, metavar="P",
+                    help="the DG operators' polynomial degree on tetrahedra (4: 35 nodes)")
     args = ap.parse_args(argv)
     if args.sample < 0:
         ap.error(f"--sample {args.sample}: give a number of configurations, 0 or more")
+    if args.dg_degree < 1:
+        ap.error(f"--dg-degree {args.dg_degree}: give a polynomial degree, 1 or more")
     header = HEADER + (SAMPLED if args.sample else ())
     rows: list[tuple[str, ...]] = []
     print("\t".join(header), flush=True)

@@ -45,6 +45,9 @@ CASES = {
     "predict_defaults": (["predict_defaults.py", "--family", "dg", "--model", "h200",
                           "--workload", "local", "--recipe", "dg_nodes", "--rst", "t.rst"],
                          ["local\th200\tdg_nodes*", "%", " ms", "model's best"]),
+    "predict_degree6": (["predict_defaults.py", "--family", "dg", "--model", "h200",
+                         "--workload", "local_p6", "--dg-degree", "6"],
+                        ["local_p6\th200\tgemm_gpu*", "local_p6\th200\tdg_operator\t"]),
     "predict_programs": (["predict_programs.py", "--elements", "64", "--only", "DG step"],
                          ["DG step\th200\t", "x\t", "nothing measured"]),
     "query": (["bench_query.py", "--n", "500", "--repeat", "2"], ["best"]),
@@ -76,6 +79,20 @@ def test_benchmark_script_runs(name: str, tmp_path: Path) -> None:
         assert all(r["status"] == "ok" and r["ms"] > 0 and r["peers"] for r in rows), rows
         table = (tmp_path / "gpu-out" / "table.md").read_text()
         assert "| local |" in table and "| gaussian |" in table
+
+
+def test_workloads_at_another_dg_degree() -> None:
+    """``dg_degree``: the DG operators on tetrahedra of that degree, named ``_pN`` (the
+    reference degree keeps its names); a degree that is no positive integer is refused."""
+    from feinsum.tuning.workloads import tetrahedron_nodes, workloads
+
+    assert tetrahedron_nodes(4) == (35, 15) and tetrahedron_nodes(6) == (84, 28)
+    six = workloads(families=("dg",), dg_degree=6)
+    assert sorted(six) == sorted(f"{n}_p6" for n in workloads(families=("dg",)))
+    assert six["face_mass_x4_p6"].spec.nrows == 4
+    assert six["face_mass_p6"].spec.arrays[0].shape == (84, 4, 28)
+    with pytest.raises(ValueError, match="positive integer"):
+        workloads(dg_degree=0)
 
 
 def test_bench_gpu_records_each_row_as_it_completes(tmp_path: Path) -> None:

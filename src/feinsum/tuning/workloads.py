@@ -18,6 +18,15 @@ FAMILIES = ("dg", "contraction", "kernel", "block_sparse", "elementwise", "reduc
 #: The few-rows workload's fixed number of rows (``M``), on CPUs and on GPUs (workloads.md:
 #: enough rows for a GPU's row blocks, still too few for the row-parallel schemes).
 FEW_ROWS = {"cpu": 16, "gpu": 64}
+#: The DG operators' polynomial degree on tetrahedra in workloads.md (35 nodes, 15 a face).
+DG_DEGREE = 4
+
+
+def tetrahedron_nodes(degree: int) -> tuple[int, int]:
+    """Nodes of a tetrahedron and of one of its faces for polynomial *degree* (4: 35, 15)."""
+    if not isinstance(degree, int) or degree < 1:
+        raise ValueError(f"a DG degree is a positive integer, got {degree!r}")
+    return (degree + 1) * (degree + 2) * (degree + 3) // 6, (degree + 1) * (degree + 2) // 2
 
 
 @dataclass(frozen=True)
@@ -32,16 +41,18 @@ class Workload:
     small: dict[str, int] = field(default_factory=dict)
 
 
-def _dg(out: list[Workload]) -> None:
+def _dg(out: list[Workload], degree: int = DG_DEGREE) -> None:
     from feinsum import array, batched_einsum, einsum
 
     f64 = "float64"
-    D, D3 = array("D", (35, 35), f64), array("D", (3, 35, 35), f64)
-    J3, L, Jf = array("J", (3, 3, "E"), f64), array("L", (35, 4, 15), f64), array(
+    n, nf = tetrahedron_nodes(degree)
+    D, D3 = array("D", (n, n), f64), array("D", (3, n, n), f64)
+    J3, L, Jf = array("J", (3, 3, "E"), f64), array("L", (n, 4, nf), f64), array(
         "J", (4, "E"), f64)
-    u = [array(f"u{k}", ("E", 35), f64) for k in range(4)]
-    u3 = [array(f"u{k}", (3, "E", 35), f64) for k in range(4)]
-    v = [array(f"v{k}", (4, "E", 15), f64) for k in range(4)]
+    u = [array(f"u{k}", ("E", n), f64) for k in range(4)]
+    u3 = [array(f"u{k}", (3, "E", n), f64) for k in range(4)]
+    v = [array(f"v{k}", (4, "E", nf), f64) for k in range(4)]
+    tag = "" if degree == DG_DEGREE else f"_p{degree}"
     plain = {"local": ("ij,ej->ei", [D, u]), "divergence": ("xre,rij,xej->ei", [J3, D3, u3]),
              "gradient": ("xre,rij,ej->xei", [J3, D3, u]),
              "face_mass": ("ifj,fe,fej->ei", [L, Jf, v])}
@@ -51,9 +62,10 @@ def _dg(out: list[Workload]) -> None:
         field_arrays = next(o for o in ops if isinstance(o, list))
         pos = ops.index(field_arrays)
         one = [*fixed[:pos], field_arrays[0], *fixed[pos:]]
-        out.append(Workload(name, "dg", einsum(subs, *one), size, small))
+        out.append(Workload(name + tag, "dg", einsum(subs, *one), size, small))
         rows = [[*fixed[:pos], w, *fixed[pos:]] for w in field_arrays]
-        out.append(Workload(f"{name}_x4", "dg", batched_einsum(subs, rows), size, small))
+        out.append(Workload(f"{name}_x4{tag}", "dg", batched_einsum(subs, rows), size,
+                            small))
 
 
 def _contractions(out: list[Workload], small: bool) -> None:
@@ -138,12 +150,16 @@ def _reductions(out: list[Workload]) -> None:
 
 
 def workloads(small: bool = False, families: tuple[str, ...] = FAMILIES, *,
-              gpu: bool = False) -> dict[str, Workload]:
+              gpu: bool = False, dg_degree: int = DG_DEGREE) -> dict[str, Workload]:
     """Every reference workload by name (``small``: the contractions' short axes scaled
     down), in the families given; ``gpu``: at workloads.md's GPU sizes where they differ
-    (the few-rows workload's ``M``, :data:`FEW_ROWS`)."""
+    (the few-rows workload's ``M``, :data:`FEW_ROWS`); ``dg_degree``: the DG operators at
+    another polynomial degree on tetrahedra (:func:`tetrahedron_nodes`; their names end
+    ``_pN``: ``local_p6``, ``divergence_x4_p6``)."""
+    tetrahedron_nodes(dg_degree)
     out: list[Workload] = []
-    builders = {"dg": _dg, "contraction": lambda o: _contractions(o, small),
+    builders = {"dg": lambda o: _dg(o, dg_degree),
+                "contraction": lambda o: _contractions(o, small),
                 "kernel": lambda o: _kernels(o, gpu), "block_sparse": _block_sparse,
                 "elementwise": _elementwise, "reduction": _reductions}
     for fam in families:
