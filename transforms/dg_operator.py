@@ -101,12 +101,11 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
 
 
 def _default(e: Any, device: Any) -> dict[str, Any]:
-    lane, fits = td.lane_index(e), td.private_limit(device)
-    last = min(td.plans(e), key=lambda c: (_least_private(e, c) > fits,
+    lane, budget = td.lane_index(e), td.private_limit(device)
+    last = min(td.plans(e), key=lambda c: (_least_private(e, c) > budget,
                                            td.stage_flops(e, td.element_stages(e, c, lane))))
     stages = td.element_stages(e, last, lane)
     lanes = td.native_lanes(e, device) if device.is_cpu else 1
-    fits = td.operator_entries(e) * td.itemsize(e) <= device.local_mem_size
     accs = []
     for st in stages:
         a = td.accumulator_index(e, st)
@@ -115,8 +114,8 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
            "last": last, "vec": min(lanes, VEC[-1]),
            "work_items": CPU_WORK_ITEMS if device.is_cpu else device.default_work_items,
            "acc1": accs[0], "acc2": accs[1] if len(accs) > 1 else 1, "rows_per_pass": 1,
-           "unroll": 4, "local_operator": not device.is_cpu and fits, "fast_math": False,
-           "staging": "rows" if device.is_cpu else "flat",
+           "unroll": 4, "local_operator": not device.is_cpu and td.operator_fits(e, device),
+           "fast_math": False, "staging": "rows" if device.is_cpu else "flat",
            "lanes": "index" if lane else "elements"}
     if lane:
         cfg["vec"] = int(e.lengths[lane])
@@ -124,8 +123,9 @@ def _default(e: Any, device: Any) -> dict[str, Any]:
         return _private_bytes(e, cfg) > td.private_limit(device, cfg["work_items"])
     while over() and cfg["vec"] > 1 and not lane:
         cfg["vec"] //= 2
-    while over() and not device.is_cpu and cfg["work_items"] > (device.subgroup_width or 32):
-        cfg["work_items"] //= 2  # a smaller group's larger share (GPUs)
+    while over() and td.private_limit(device, cfg["work_items"] // 2) > td.private_limit(
+            device, cfg["work_items"]):  # a smaller GPU group's larger share
+        cfg["work_items"] //= 2
     while over() and max(cfg["acc1"], cfg["acc2"]) > 1:  # A100's 7 KiB: x4 fields
         cfg["acc1" if cfg["acc1"] >= cfg["acc2"] else "acc2"] -= 1
     return cfg

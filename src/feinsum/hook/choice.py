@@ -64,9 +64,7 @@ def preference(canonical: BatchedEinsum, device: DeviceInfo) -> tuple[str, ...]:
 def _operator_exceeds_local_memory(e: BatchedEinsum, device: DeviceInfo) -> bool:
     from feinsum.toolbox import dense
 
-    if dense.element_reason(e) is not None:
-        return False
-    return dense.operator_entries(e) * dense.itemsize(e) > device.local_mem_size
+    return dense.element_reason(e) is None and not dense.operator_fits(e, device)
 
 
 def ordered_recipes(all_recipes: Sequence[Recipe], prefer: Sequence[str] | None = None,

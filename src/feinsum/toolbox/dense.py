@@ -235,6 +235,11 @@ def operator_entries(e: BatchedEinsum) -> int:
     return sum(_entries(e, c, set()) for c in range(e.noperands) if el not in e.in_indices[c])
 
 
+def operator_fits(e: BatchedEinsum, device: Any) -> bool:
+    """Whether the element-independent operands fit *device*'s local memory whole."""
+    return operator_entries(e) * itemsize(e) <= device.local_mem_size
+
+
 # {{{ the kernel
 
 

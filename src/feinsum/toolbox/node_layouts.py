@@ -13,8 +13,7 @@ from typing import Any, cast
 
 from feinsum.devices.info import GENERIC_GPU
 from feinsum.spec.model import BatchedEinsum
-from feinsum.toolbox.dense import Stage, element_stages, plans, stage_indices
-from feinsum.toolbox.dense import operator_entries as dense_operator_entries
+from feinsum.toolbox.dense import Stage, element_stages, operator_fits, plans, stage_indices
 from feinsum.toolbox.node_plan import (
     MAX_GROUPS_PER_UNIT,
     MAX_UNROLLED,
@@ -322,7 +321,7 @@ def _split_offered(e: BatchedEinsum, stages: Sequence[Stage], device: Any) -> bo
         return False
     if not kept_private(e, stages, 0):
         return True
-    return dense_operator_entries(e) * itemsize(e) > device.local_mem_size
+    return not operator_fits(e, device)
 
 
 class _Same:
