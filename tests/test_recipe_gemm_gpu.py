@@ -47,6 +47,13 @@ def specs(dt: str) -> dict[str, fs.BatchedEinsum]:
         # scalar factors (pytato's 2 * (A @ B) is one einsum with a 0-d operand)
         "scaled": fs.einsum("ik,,kj,->ij", a("A", ("M", "K"), dt), a("s", (), dt),
                             a("B", ("K", "N"), dt), a("t", (), dt)),
+        # a batch of rows: three fields times one operator (a DG operator on a GPU), and
+        # two GEMMs with a batch index on g.2 and a second reduction index
+        "fields": fs.batched_einsum("ij,ej->ei", [[a("D", (35, 35), dt),
+                                                   a(f"u{k}", ("E", 35), dt)]
+                                                  for k in range(3)]),
+        "two_gemms": fs.batched_einsum("bijk,bkjl->bil", [
+            [a(n, (2, "I", 3, "J"), dt), a("W", (2, "J", 3, "L"), dt)] for n in "AC"]),
     }
 
 
@@ -92,7 +99,15 @@ def test_applies_to_two_operand_contractions_on_gpus(cl_device) -> None:  # type
     assert "two operands" in r.applies(canonicalize(three), h100)
     rows = fs.batched_einsum("ik,kj->ij", [[a("A", (5, 6)), a("B", (6, 7))],
                                            [a("C", (5, 6)), a("D", (6, 7))]])
-    assert "several rows" in r.applies(canonicalize(rows), h100)
+    assert r.applies(canonicalize(rows), h100) is None
+    # rows in sequence, but not inside a loop over a second batch index
+    looped = fs.batched_einsum("bcij,bcjk->bcik", [
+        [a(n, (3, 2, "I", "J")), a("B", (3, 2, "J", "K"))] for n in "AC"])
+    assert "several rows" in r.applies(canonicalize(looped), h100)
+    mixed = fs.batched_einsum("ik,kj->ij", [[a("A", (5, 6), "float32"),
+                                             a("B", (6, 7), "float32")],
+                                            [a("C", (5, 6)), a("D", (6, 7))]])
+    assert "different dtypes" in r.applies(canonicalize(mixed), h100)
 
 
 @pytest.mark.parametrize("dt, model", [("float32", "h100"), ("float64", "mi250x")])
@@ -194,6 +209,40 @@ def test_double_buffering_has_one_barrier_per_tile() -> None:
     one = _k_loop(_code("gemm", px=2, py=2, vw=2, kt=4, double_buffer=True))
     two = _k_loop(_code("gemm", px=2, py=2, vw=2, kt=4, double_buffer=False))
     assert one.count("barrier(") == 1 and two.count("barrier(") == 2
+
+
+def test_rows_run_in_sequence_in_one_kernel(cl_queue) -> None:  # type: ignore[no-untyped-def]
+    """A batch of three fields times one operator: one kernel, each row's K loop after the
+    previous row's stores, the local tiles and accumulators reused (the rows take no more
+    registers or local memory than one); every configuration matches evaluate."""
+    from feinsum.recipes.testing import check_configuration
+
+    code = _code("fields", double_buffer=False)
+    assert code.count("__kernel") == 1
+    loops = [code.index(f"for (int {q} = ") for q in ("q", "q_r1", "q_r2")]
+    stores = [code.index(f"out{k}[") for k in range(3)]
+    assert loops[0] < stores[0] < loops[1] < stores[1] < loops[2] < stores[2]
+    # a barrier between a row's last reads of the tiles and the next row's first store
+    for k in (1, 2):
+        first = loops[k] + re.search(r"tile_[ab]\[[^;=]*\] = ", code[loops[k]:]).start()
+        assert "barrier(" in code[stores[k - 1]:first]
+    assert "acc_r1" not in code and code.count("__local") == 2
+    h100, e = get_model("h100"), canonicalize(specs("float64")["fields"])
+    for params in ({}, {"double_buffer": False, "vw": 1, "px": 2, "kt": 4},
+                   {"lx": 4, "ly": 8, "px": 1, "py": 2, "vw": 1, "kt": 2}):
+        cfg = {**recipe().default(e, h100), **params}
+        assert check_configuration(recipe(), e, cfg, [{"n0": 1}, {"n0": 70}], cl_queue,
+                                   device=h100) is None, params
+
+
+def test_rows_take_no_split() -> None:
+    """split-K with several rows is refused (the default never asks for it)."""
+    r, h100 = recipe(), get_model("h100")
+    e = canonicalize(fs.batched_einsum("ik,kj->ij", [
+        [fs.array(n, (64, 65536)), fs.array(m, (65536, 64))] for n, m in ("AB", "CD")]))
+    assert r.default(e, h100)["split"] == 1
+    with pytest.raises(InvalidConfigurationError, match="split_one_row"):
+        r.check({**r.default(e, h100), "split": 2}, e, h100)
 
 
 def test_split_k_sums_the_slices_in_a_second_kernel() -> None:

@@ -8,7 +8,8 @@ block, each work-item a ``py x px`` register tile in runs of ``vw`` (vector loca
 so the unrolled FMA body has no bounds guard for any lengths; ``double_buffer`` keeps two
 local tiles (one barrier per ``K`` tile); ``split`` slices ``K`` over ``g.2`` and sums the
 slices in a second kernel (split-K). Scalar operands (no index) multiply each sum as
-it is stored. GPUs only: on CPUs ``contraction`` applies.
+it is stored. The rows of a batched einsum (four fields times one operator) run in
+sequence in each work-group, one launch. GPUs only: on CPUs ``contraction`` applies.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def _space(e: Any, device: Any) -> ParameterSpace:
                 f"px*py*kt unrolled FMAs <= {tg.MAX_UNROLLED}"),
         Constraint("split_needs_g2", lambda p: p["split"] == 1 or not r.rest,
                    "split > 1 only without batch output indices (they take g.2)"),
+        Constraint("split_one_row", lambda p: p["split"] == 1 or e.nrows == 1,
+                   "split > 1 only for one row (the rows of a batch run in sequence)"),
         Constraint("split_at_most_tiles", lambda p: p["split"] == 1 or not isinstance(
                    k, int) or p["split"] * p["kt"] <= k,
                    "split*kt <= the fixed reduction length (no slice without a K tile)"),

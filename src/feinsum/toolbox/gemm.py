@@ -41,6 +41,7 @@ import pymbolic.primitives as prim
 from feinsum.spec.model import Array, BatchedEinsum
 from feinsum.toolbox.core import dtype_size, kernel_of, main_reduction, two_operands
 from feinsum.toolbox.dense import subscript
+from feinsum.toolbox.gemm_rows import row_name, rows_in_sequence
 
 #: Shared-memory banks the local tiles' padding spreads the transposing copies over.
 BANKS = 32
@@ -119,10 +120,10 @@ def roles(e: BatchedEinsum) -> Roles | str:
     if isinstance(ops := two_operands(e), str):
         return ops
     (t0, t1), scales = ops
-    if e.nrows != 1:
-        return "several rows (a batched einsum): use contraction"
-    if e.value_dtype(0).kind == "c":
+    if any(e.value_dtype(row).kind == "c" for row in range(e.nrows)):
         return "complex values: use contraction"
+    if len({e.value_dtype(row) for row in range(e.nrows)}) > 1:
+        return "rows of different dtypes (a batched einsum): use contraction"
     if not e.reduction_indices or not e.out_indices:
         return "needs a reduction index and an output index"
     out = list(e.out_indices)
@@ -138,6 +139,10 @@ def roles(e: BatchedEinsum) -> Roles | str:
     ys = _grow(e, only_a[-1], [*memory_orders(e, a), out], set(only_a))
     k = str(main_reduction(e))
     ks = _grow(e, k, [*memory_orders(e, a), *memory_orders(e, b)], set(e.reduction_indices))
+    rest = [i for i in out if i not in (*xs, *ys)]
+    if e.nrows > 1 and len(rest) > 1:
+        return ("several rows (a batched einsum) and batch indices that loop in the "
+                "kernel: use contraction")
     return Roles(a, b, xs, ys, ks, tuple(i for i in out if i not in (*xs, *ys)),
                  tuple(i for i in e.reduction_indices if i not in ks), scales)
 
@@ -426,7 +431,12 @@ def gemm_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, r: Roles, t: Tilin
     if t.split > 1:
         temps.append(lp.TemporaryVariable("slices", dt, shape=(t.split, lens["Y"], lens["X"]),
                                           address_space=lp.AddressSpace.GLOBAL))
-    return _finish(knl, e, r, t, insns, temps, lens)
+    copies: dict[str, str] = {}
+    if e.nrows > 1:  # the other rows' GEMMs after row 0's, in the same work-groups
+        insns, copies = rows_in_sequence(
+            e.nrows, e.noperands, insns, groups | {"ha", "hb", "ua", "ub"},
+            {f"{m}_{sd.tag}" for m in ("ok", "kl") for sd in sides}, "store")
+    return _finish(knl, e, r, t, insns, temps, lens, copies)
 
 
 def _stores(e: BatchedEinsum, r: Roles, t: Tiling, lens: dict[str, Any]) -> list[Any]:
@@ -474,8 +484,10 @@ def _affine(expr: Any) -> str:
 
 
 def _finish(knl: lp.LoopKernel, e: BatchedEinsum, r: Roles, t: Tiling, insns: list[Any],
-            temps: list[Any], lens: dict[str, Any]) -> lp.TranslationUnit:
-    """The kernel's domain, iname tags and options around *insns*."""
+            temps: list[Any], lens: dict[str, Any], copies: dict[str, str]
+            ) -> lp.TranslationUnit:
+    """The kernel's domain, iname tags and options around *insns* (*copies*: the inames
+    of the rows after the first, and the iname of row 0 each copies)."""
     X, Y, K = (_affine(lens[g]) for g in ("X", "Y", "K"))
     syms = sorted({str(n) for n in e.lengths.values() if isinstance(n, str)})
     na, nb = copy_rounds(t, t.bm), copy_rounds(t, t.bn)
@@ -502,6 +514,9 @@ def _finish(knl: lp.LoopKernel, e: BatchedEinsum, r: Roles, t: Tiling, insns: li
     # the short loops a domain each: isl's work grows fast with a domain's dimensions
     domains = [f"{params}{{[{names}]: {' and '.join(cons)}}}",
                *(f"{{[{n}]: 0 <= {n} < {v}}}" for n, v in ranges.items() if n not in outer)]
+    for n, old in copies.items():  # the other rows' loops: each a domain of its own
+        bound = f"{t.kt * t.split}*{n} < {K}" if old == "q" else f"{n} < {ranges[old]}"
+        domains.append(f"{params}{{[{n}]: 0 <= {n} and {bound}}}")
     if t.split > 1:
         domains.append(f"[{', '.join(syms)}] -> {{[sm, sn, ss]: 0 <= sm < {Y} and "
                        f"0 <= sn < {X} and 0 <= ss < {t.split}}}")
@@ -515,6 +530,7 @@ def _finish(knl: lp.LoopKernel, e: BatchedEinsum, r: Roles, t: Tiling, insns: li
             "frav": "vec", "frbv": "vec",
             **{f"w{o}{sfx}": "vec" for o in "ab" for sfx in ("", "0")}}
     tags = {k: v for k, v in tags.items() if k in ranges or k in ("gx", "gy")}
+    tags |= {n: tags[old] for n, old in copies.items() if old in tags}
     if t.split > 1:
         tags["gs"] = "g.2"
     elif r.rest:
@@ -525,6 +541,8 @@ def _finish(knl: lp.LoopKernel, e: BatchedEinsum, r: Roles, t: Tiling, insns: li
         new = lp.tag_inames(new, {"sm": "g.1", "ss": "unr"})
     order = [*r.rest[1:], *r.red, "q", "ku"]
     new = lp.prioritize_loops(new, ",".join(order))
+    for row in range(1, e.nrows):
+        new = lp.prioritize_loops(new, ",".join(row_name(i, row) for i in order))
     new = lp.set_options(new, enforce_variable_access_ordered="no_check",
                          enforce_array_accesses_within_bounds="no_check")
     return lp.assume(new, " and ".join(f"{s} >= 1" for s in syms)) if syms else new

@@ -51,7 +51,8 @@ def default_tiling(e: BatchedEinsum, r: Roles, device: Any,
 
     Each with ``kt`` 16 (8, 4... where local memory is short), double-buffered, and
     split-K over a fixed reduction when the output has fewer blocks than twice the compute
-    units, in slices of at least :data:`SLICE_DEPTH`. *lengths*: values of symbolic
+    units, in slices of at least :data:`SLICE_DEPTH` (one row: the rows of a batch fill
+    the device in sequence). *lengths*: values of symbolic
     lengths where known (the others are taken as :data:`SYMBOLIC_GUESS`)."""
     known = dict(lengths or {})
     most = min(DEFAULT_THREADS, device.max_work_group_size)
@@ -78,7 +79,7 @@ def _fitted(e: BatchedEinsum, r: Roles, t: Tiling, device: Any,
     while local_entries(e, r, t) * size > device.local_mem_size and t.kt > K_TILES[0]:
         t = Tiling(t.lx, t.ly, t.px, t.py, t.kt // 2, t.vw, 1, True)
     k = group_length(e, r.k)
-    if r.rest or not isinstance(k, int):
+    if r.rest or not isinstance(k, int) or e.nrows > 1:
         return t
     want = -(-2 * device.compute_units // _blocks(e, r, t, lengths))
     split = 1
