@@ -54,6 +54,13 @@ def specs(dt: str) -> dict[str, fs.BatchedEinsum]:
                                                   for k in range(3)]),
         "two_gemms": fs.batched_einsum("bijk,bkjl->bil", [
             [a(n, (2, "I", 3, "J"), dt), a("W", (2, "J", 3, "L"), dt)] for n in "AC"]),
+        # operands that scale A's or B's entries: DG's face mass (u times the face
+        # Jacobians, f a reduction loop around the K tiles), diagonal scalings
+        "face_mass": fs.einsum("ifj,fe,fej->ei", a("L", (20, 4, 10), dt),
+                               a("J", (4, "E"), dt), a("u", (4, "E", 10), dt)),
+        "scaled_columns": fs.einsum("ik,k,kj,j->ij", a("A", ("M", "K"), dt),
+                                    a("d", ("K",), dt), a("B", ("K", "N"), dt),
+                                    a("c", ("N",), dt)),
     }
 
 
@@ -97,6 +104,10 @@ def test_applies_to_two_operand_contractions_on_gpus(cl_device) -> None:  # type
     assert r.applies(canonicalize(doubled), h100) is None
     three = fs.einsum("ij,jk,kl->il", a("A", (5, 6)), a("B", (6, 7)), a("C", (7, 8)))
     assert "two operands" in r.applies(canonicalize(three), h100)
+    everywhere = fs.einsum("ij,ij,jk->ik", a("A", (5, 6)), a("B", (5, 6)), a("C", (6, 7)))
+    assert r.applies(canonicalize(everywhere), h100) is None  # B scales A
+    broadcast = fs.einsum("ik,jk,k->ijk", a("A", (5, 6)), a("B", (4, 6)), a("c", (6,)))
+    assert "in all" in r.applies(canonicalize(broadcast), h100)
     rows = fs.batched_einsum("ik,kj->ij", [[a("A", (5, 6)), a("B", (6, 7))],
                                            [a("C", (5, 6)), a("D", (6, 7))]])
     assert r.applies(canonicalize(rows), h100) is None
@@ -233,6 +244,21 @@ def test_rows_run_in_sequence_in_one_kernel(cl_queue) -> None:  # type: ignore[n
         cfg = {**recipe().default(e, h100), **params}
         assert check_configuration(recipe(), e, cfg, [{"n0": 1}, {"n0": 70}], cl_queue,
                                    device=h100) is None, params
+
+
+def test_factors_scale_the_copies_of_their_operand() -> None:
+    """The face mass's ``J[f, e]`` multiplies each entry of ``u`` as it is copied (inside
+    the loop over ``f`` around the K tiles), never an FMA of the register tile."""
+    from feinsum.toolbox import gemm as tg
+
+    e = canonicalize(specs("float64")["face_mass"])
+    r = tg.roles(e)
+    assert not isinstance(r, str) and len(r.a_factors) == 1 and not r.b_factors
+    code = _code("face_mass", double_buffer=False)
+    copies = [line for line in code.splitlines() if re.search(r"\bra\[0\]\.s\d = a", line)]
+    assert len(copies) == 4 and all(re.search(r"\] \* a\d\[", c) for c in copies), copies
+    fmas = re.findall(r"acc\[\d+\] = acc\[\d+\] \+ [^;]*;", code)
+    assert fmas and not any(re.search(r"\ba\d\[", f) for f in fmas)
 
 
 def test_rows_take_no_split() -> None:

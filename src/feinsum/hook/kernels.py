@@ -99,7 +99,8 @@ def transform_kernel(t_unit: Any, name: str, planner: Planner, schedule: Schedul
                 with planner.clock("matching"):
                     as_matched = _fusions(prepared.kernel, survey.matches)
             plan = planner.plan(original, as_matched[k])
-        elif plan.report.recipe == "generic":  # a factor folded into an operand may do
+        elif plan.report.recipe == "generic" or _scales_an_operand(m, plan):
+            # a factor folded into an operand may do (and shares the plain core's records)
             plan = _plan_folded(planner, prepared.kernel, cores, k, s) or plan
         plans.append(plan)
     kreport = KernelReport(name, "unchanged", prepared.changes, survey.rejected)
@@ -124,6 +125,16 @@ def _scalar_arrays(m: Any, knl: Any) -> list[str]:
 
     return [a.name for a in m.einsum.arrays if a.ndim == 0
             and isinstance(knl.arg_dict.get(a.name), lp.ArrayArg)]
+
+
+def _scales_an_operand(m: Any, plan: Plan) -> bool:
+    """Whether *plan* is gemm_gpu's for a match with more than two operands with indices
+    (its factors multiplied into an operand's copies,
+    :mod:`feinsum.toolbox.gemm_operands`): folded, the same product is the plain one's,
+    whose records it then shares."""
+    e = m.einsum
+    return plan.report.recipe == "gemm_gpu" and sum(
+        1 for c in range(e.noperands) if e.in_indices[c]) > 2
 
 
 def _plan_folded(planner: Planner, knl: Any, cores: Sequence[Any], k: int,

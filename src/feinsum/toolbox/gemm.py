@@ -6,7 +6,9 @@ are contiguous with it in ``B`` and in the output (``ijkl,mi->mjkl``: ``X = jkl`
 likewise from operand ``A``; ``K`` the longest reduction index fused with the reduction
 indices contiguous with it in both operands (``ijk,jkl->il``: ``K = jk``). What is left are
 batch output indices (``rest``: ``g.2`` and loops) and other reduction indices (loops
-around the ``K`` tiles).
+around the ``K`` tiles). Which operands are ``A`` and ``B``, and which scale them:
+:mod:`feinsum.toolbox.gemm_operands`; the rows of a batched einsum:
+:mod:`feinsum.toolbox.gemm_rows`.
 
 :func:`gemm_kernel` writes the kernel from the spec (no reference kernel transformed):
 
@@ -39,8 +41,9 @@ import numpy as np
 import pymbolic.primitives as prim
 
 from feinsum.spec.model import Array, BatchedEinsum
-from feinsum.toolbox.core import dtype_size, kernel_of, main_reduction, two_operands
+from feinsum.toolbox.core import dtype_size, kernel_of, main_reduction
 from feinsum.toolbox.dense import subscript
+from feinsum.toolbox.gemm_operands import operand_columns
 from feinsum.toolbox.gemm_rows import row_name, rows_in_sequence
 
 #: Shared-memory banks the local tiles' padding spreads the transposing copies over.
@@ -76,6 +79,10 @@ class Roles:
     rest: tuple[str, ...]
     red: tuple[str, ...]
     scales: tuple[int, ...] = ()
+    #: the columns of the operands that scale ``A``'s (``B``'s) entries as they are
+    #: copied (:mod:`feinsum.toolbox.gemm_operands`)
+    a_factors: tuple[int, ...] = ()
+    b_factors: tuple[int, ...] = ()
 
 
 def memory_orders(e: BatchedEinsum, c: int) -> list[list[str]]:
@@ -117,9 +124,8 @@ def _grow(e: BatchedEinsum, seed: str, orders: Sequence[Sequence[str]], allowed:
 
 def roles(e: BatchedEinsum) -> Roles | str:
     """The GEMM view of *e*, or why it has none."""
-    if isinstance(ops := two_operands(e), str):
+    if isinstance(ops := operand_columns(e), str):
         return ops
-    (t0, t1), scales = ops
     if any(e.value_dtype(row).kind == "c" for row in range(e.nrows)):
         return "complex values: use contraction"
     if len({e.value_dtype(row) for row in range(e.nrows)}) > 1:
@@ -127,8 +133,7 @@ def roles(e: BatchedEinsum) -> Roles | str:
     if not e.reduction_indices or not e.out_indices:
         return "needs a reduction index and an output index"
     out = list(e.out_indices)
-    x = out[-1]
-    b, a = (t0, t1) if x in e.in_indices[t0] else (t1, t0)
+    x, a, b = out[-1], ops.a, ops.b
     if x in e.in_indices[a]:
         return f"{x} indexes both operands (a batch index): not a GEMM tile"
     only_a = [i for i in out if i in e.in_indices[a] and i not in e.in_indices[b]]
@@ -144,7 +149,8 @@ def roles(e: BatchedEinsum) -> Roles | str:
         return ("several rows (a batched einsum) and batch indices that loop in the "
                 "kernel: use contraction")
     return Roles(a, b, xs, ys, ks, tuple(i for i in out if i not in (*xs, *ys)),
-                 tuple(i for i in e.reduction_indices if i not in ks), scales)
+                 tuple(i for i in e.reduction_indices if i not in ks), ops.scales,
+                 ops.a_factors, ops.b_factors)
 
 
 def group_length(e: BatchedEinsum, group: Sequence[str]) -> Any:
@@ -318,8 +324,10 @@ def _copy(e: BatchedEinsum, r: Roles, t: Tiling, sd: _Side, lens: dict[str, Any]
     idx = {**components(e, sd.group, prim.Min((gm, sd.length - 1)) if edge_m else gm),
            **components(e, r.k, prim.Min((gk, lens["K"] - 1)) if edge_k or ahead else gk),
            **{i: _V(i) for i in (*r.rest, *r.red)}}
-    out = [lp.Assignment(run(f"r{sd.tag}", f, v),
-                         _V(f"op{sd.col}_r0")(*(idx[i] for i in e.in_indices[sd.col])),
+    loads = [_V(f"op{c}_r0")(*(idx[i] for i in e.in_indices[c]))
+             for c in (sd.col, *(r.a_factors if sd.col == r.a else r.b_factors))]
+    value = prim.Product(tuple(loads)) if len(loads) > 1 else loads[0]
+    out = [lp.Assignment(run(f"r{sd.tag}", f, v), value,
                          id=f"{name}_ld", within_inames=within | {f.name} | vl,
                          predicates=preds, depends_on=deps)]
     inside = [*([prim.Comparison(run(f"ok{sd.tag}", f, v), "!=", 0)] if edge_m else []),

@@ -1,0 +1,62 @@
+"""Which operands of a contraction are the GEMM's ``A`` and ``B`` (a step of
+:mod:`feinsum.toolbox.gemm`), and which only scale them.
+
+``B`` holds the output's contiguous index (of several that do, the one with most
+indices), ``A`` another output index (of several, the one with most indices); an operand
+beyond these two whose indices are all ``A``'s (or all ``B``'s) is a *factor*: it
+multiplies each entry of that operand as it is copied to the local tile. The face mass of DG,
+``ifj,fe,fej->ei`` (``out[e, i] = sum_fj L[i, f, j] (J[f, e] u[f, e, j])``), is a GEMM of
+``u`` scaled by the face Jacobians ``J`` and the lifting operator ``L``. Operands without
+an index (pytato's ``2 * (A @ B)``) are scalars that multiply each sum as it is stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from feinsum.spec.model import Array, BatchedEinsum
+
+
+@dataclass(frozen=True)
+class OperandColumns:
+    """The operand columns of a GEMM view: ``A``, ``B``, the factors of each, the
+    scalars."""
+
+    a: int
+    b: int
+    a_factors: tuple[int, ...] = ()
+    b_factors: tuple[int, ...] = ()
+    scales: tuple[int, ...] = ()
+
+
+def operand_columns(e: BatchedEinsum) -> OperandColumns | str:
+    """*e*'s operands as a GEMM's (see the module docstring), or why it has none."""
+    tensors = [c for c in range(e.noperands) if e.in_indices[c]]
+    scales = tuple(c for c in range(e.noperands) if c not in tensors)
+    if e.block_sparse is not None or e.reduction != "sum" or len(tensors) < 2:
+        return ("needs a dense sum of two operands (and factors of either, and scalar "
+                "factors)")
+    if not all(isinstance(f, Array) for _, c, f in e.factors() if c in tensors):
+        return "formula operands: use generic"
+    if not e.out_indices:
+        return "needs a reduction index and an output index"
+    x = e.out_indices[-1]
+    holders = [c for c in tensors if x in e.in_indices[c]]
+    if len(tensors) == 2:
+        t0, t1 = tensors
+        b, a = (t0, t1) if x in e.in_indices[t0] else (t1, t0)
+        return OperandColumns(a, b, scales=scales)
+    if not holders or len(holders) == len(tensors):
+        return (f"{x} indexes {len(holders)} of {len(tensors)} operands: a GEMM of more "
+                "than two operands needs it in some of them, not in all")
+    b = max(holders, key=lambda c: len(e.in_indices[c]))
+    rest = sorted((c for c in tensors if c not in holders),
+                  key=lambda c: -len(e.in_indices[c]))
+    a, others = rest[0], [*rest[1:], *(c for c in holders if c != b)]
+    of_a = [c for c in others if set(e.in_indices[c]) <= set(e.in_indices[a])]
+    of_b = [c for c in others if c not in of_a
+            and set(e.in_indices[c]) <= set(e.in_indices[b])]
+    if len(of_a) + len(of_b) != len(others):
+        return ("needs two operands and factors of them: an operand beyond two has "
+                "indices of both")
+    return OperandColumns(a, b, tuple(of_a), tuple(of_b), scales)
