@@ -144,11 +144,11 @@ def roles(e: BatchedEinsum) -> Roles | str:
     ys = _grow(e, only_a[-1], [*memory_orders(e, a), out], set(only_a))
     k = str(main_reduction(e))
     ks = _grow(e, k, [*memory_orders(e, a), *memory_orders(e, b)], set(e.reduction_indices))
-    rest = [i for i in out if i not in (*xs, *ys)]
+    rest = tuple(i for i in out if i not in (*xs, *ys))
     if e.nrows > 1 and len(rest) > 1:
         return ("several rows (a batched einsum) and batch indices that loop in the "
                 "kernel: use contraction")
-    return Roles(a, b, xs, ys, ks, tuple(i for i in out if i not in (*xs, *ys)),
+    return Roles(a, b, xs, ys, ks, rest,
                  tuple(i for i in e.reduction_indices if i not in ks), ops.scales,
                  ops.a_factors, ops.b_factors)
 
