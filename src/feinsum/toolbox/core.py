@@ -57,16 +57,27 @@ def dense_only(e: BatchedEinsum, device: Any = None) -> str | None:
     return "block-sparse specs need a block-sparse recipe" if e.block_sparse else None
 
 
+def index_operands(e: BatchedEinsum) -> tuple[list[int], tuple[int, ...]] | str:
+    """The columns of the operands with indices of a dense sum of plain arrays and scalar
+    factors, and the columns of the scalar ones; else why *e* is none."""
+    tensors = [c for c in range(e.noperands) if e.in_indices[c]]
+    if e.block_sparse is not None or e.reduction != "sum":
+        return "needs a dense sum of two operands (and scalar factors)"
+    if not all(isinstance(f, Array) for _, c, f in e.factors() if c in tensors):
+        return "formula operands: use generic"
+    return tensors, tuple(c for c in range(e.noperands) if c not in tensors)
+
+
 def two_operands(e: BatchedEinsum) -> tuple[tuple[int, int], tuple[int, ...]] | str:
     """The columns of the two operands with indices of a dense sum of two operands and
     scalar factors (``ik,kj,->ij``: pytato's ``2 * (A @ B)``), and the columns of the
     scalar ones; else why *e* is none."""
-    tensors = [c for c in range(e.noperands) if e.in_indices[c]]
-    if e.block_sparse is not None or e.reduction != "sum" or len(tensors) != 2:
+    if isinstance(ops := index_operands(e), str):
+        return ops
+    tensors, scales = ops
+    if len(tensors) != 2:
         return "needs a dense sum of two operands (and scalar factors)"
-    if not all(isinstance(f, Array) for _, c, f in e.factors() if c in tensors):
-        return "formula operands: use generic"
-    return (tensors[0], tensors[1]), tuple(c for c in range(e.noperands) if c not in tensors)
+    return (tensors[0], tensors[1]), scales
 
 
 def main_reduction(e: BatchedEinsum) -> str | None:

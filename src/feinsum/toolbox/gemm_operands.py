@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from feinsum.spec.model import Array, BatchedEinsum
+from feinsum.spec.model import BatchedEinsum
+from feinsum.toolbox.core import index_operands
 
 
 @dataclass(frozen=True)
@@ -31,13 +32,11 @@ class OperandColumns:
 
 def operand_columns(e: BatchedEinsum) -> OperandColumns | str:
     """*e*'s operands as a GEMM's (see the module docstring), or why it has none."""
-    tensors = [c for c in range(e.noperands) if e.in_indices[c]]
-    scales = tuple(c for c in range(e.noperands) if c not in tensors)
-    if e.block_sparse is not None or e.reduction != "sum" or len(tensors) < 2:
-        return ("needs a dense sum of two operands (and factors of either, and scalar "
-                "factors)")
-    if not all(isinstance(f, Array) for _, c, f in e.factors() if c in tensors):
-        return "formula operands: use generic"
+    if isinstance(ops := index_operands(e), str):
+        return ops
+    tensors, scales = ops
+    if len(tensors) < 2:
+        return "needs a dense sum of two operands (and scalar factors)"
     if not e.out_indices:
         return "needs a reduction index and an output index"
     x = e.out_indices[-1]
