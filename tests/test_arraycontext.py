@@ -351,6 +351,34 @@ def test_a_high_order_local_operator_for_a_gpu_model_is_a_gemm(cl_queue: Any) ->
         np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12 * np.abs(want).max())
 
 
+def test_a_high_order_face_mass_for_a_gpu_model_is_a_gemm(cl_queue: Any) -> None:
+    """The degree-6 face mass as pytato writes it (``L`` 84 x 4 x 28 doubles, 75 KiB: over
+    the local memory), for the H200 model on the CPU device: its face Jacobians are
+    folded into ``u``'s loads and the core ``ifj,fej->ei`` gets gemm_gpu's default (it got
+    dg_operator's, which reads ``L`` from global memory: predicted 1.9x slower); it
+    matches numpy."""
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+    from feinsum.devices.models import MODELS
+
+    actx = FeinsumPytatoPyOpenCLArrayContext(cl_queue, feinsum_db=False,
+                                             feinsum_device=MODELS["h200"].info)
+    rng = np.random.default_rng(14)
+    L, J = rng.standard_normal((84, 4, 28)), rng.standard_normal((4, 203))
+    u = rng.standard_normal((4, 203, 28))
+
+    def program(L: Any, J: Any, u: Any) -> Any:
+        return actx.einsum("ifj,fe,fej->ei", L, J, u)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = actx.to_numpy(actx.compile(program)(*map(actx.from_numpy, (L, J, u))))
+    (group,) = actx.feinsum_last_report.groups
+    assert (group.recipe, group.action) == ("gemm_gpu", "default"), str(group)
+    assert any("in the loads" in f for f in group.fused), str(group)
+    want = np.einsum("ifj,fe,fej->ei", L, J, u)
+    np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12 * np.abs(want).max())
+
+
 def test_a_constant_factor_keeps_float64(cl_queue: Any) -> None:
     """``0.4 * actx.einsum(...)`` in float64 is one einsum under pytato with the constant
     as an operand: the hook's kernel multiplies by 0.4, not by float32's
