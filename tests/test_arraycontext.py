@@ -379,6 +379,33 @@ def test_a_high_order_face_mass_for_a_gpu_model_is_a_gemm(cl_queue: Any) -> None
     np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12 * np.abs(want).max())
 
 
+def test_a_high_order_divergence_for_a_gpu_model_is_a_gemm(cl_queue: Any) -> None:
+    """The degree-6 divergence as pytato writes it (``D`` 3 x 84 x 84 doubles, 165 KiB:
+    over the local memory), for the H200 model on the CPU device: gemm_gpu's default,
+    which sums ``J[x, r, e] u[x, e, j]`` over ``x`` as it copies ``u`` (it got
+    dg_operator's, which reads ``D`` from global memory: predicted 2.1x slower); it
+    matches numpy."""
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+    from feinsum.devices.models import MODELS
+
+    actx = FeinsumPytatoPyOpenCLArrayContext(cl_queue, feinsum_db=False,
+                                             feinsum_device=MODELS["h200"].info)
+    rng = np.random.default_rng(15)
+    J, D = rng.standard_normal((3, 3, 203)), rng.standard_normal((3, 84, 84))
+    u = rng.standard_normal((3, 203, 84))
+
+    def program(J: Any, D: Any, u: Any) -> Any:
+        return actx.einsum("xre,rij,xej->ei", J, D, u)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = actx.to_numpy(actx.compile(program)(*map(actx.from_numpy, (J, D, u))))
+    (group,) = actx.feinsum_last_report.groups
+    assert (group.recipe, group.action) == ("gemm_gpu", "default"), str(group)
+    want = np.einsum("xre,rij,xej->ei", J, D, u)
+    np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12 * np.abs(want).max())
+
+
 def test_a_constant_factor_keeps_float64(cl_queue: Any) -> None:
     """``0.4 * actx.einsum(...)`` in float64 is one einsum under pytato with the constant
     as an operand: the hook's kernel multiplies by 0.4, not by float32's

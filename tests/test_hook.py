@@ -213,14 +213,14 @@ def test_preference_order() -> None:
 def test_preference_puts_gemm_gpu_first_where_the_operator_exceeds_local_memory() -> None:
     """On a GPU, an element-batched contraction whose operator does not fit the local
     memory (84 x 84 doubles: 56 KiB > 48 KiB) goes to gemm_gpu before the DG recipes that
-    would read it from global memory; at 35 nodes, in float32 (28 KiB) and on a CPU the
-    order stays PREFERENCE."""
+    would read it from global memory or in slices (dg_nodes); at 35 nodes, in float32
+    (28 KiB) and on a CPU the order stays PREFERENCE."""
     from dataclasses import replace
 
     from feinsum import array, canonicalize, einsum
     from feinsum.devices.models import MODELS
     from feinsum.hook import PREFERENCE, preference
-    from feinsum.hook.choice import OPERATOR_STREAMERS
+    from feinsum.hook.choice import OPERATOR_RECIPES
 
     def local(n: int, dtype: str) -> Any:
         return canonicalize(einsum("ij,ej->ei", array("D", (n, n), dtype),
@@ -229,8 +229,7 @@ def test_preference_puts_gemm_gpu_first_where_the_operator_exceeds_local_memory(
     gpu = MODELS["h200"].info
     order = preference(local(84, "float64"), gpu)
     assert sorted(order) == sorted(PREFERENCE)
-    assert all(order.index("gemm_gpu") < order.index(n) for n in OPERATOR_STREAMERS)
-    assert order.index("dg_nodes") < order.index("gemm_gpu")
+    assert all(order.index("gemm_gpu") < order.index(n) for n in OPERATOR_RECIPES)
     assert preference(local(35, "float64"), gpu) == PREFERENCE
     assert preference(local(84, "float32"), gpu) == PREFERENCE
     assert preference(local(84, "float64"), replace(gpu, device_type="CPU")) == PREFERENCE

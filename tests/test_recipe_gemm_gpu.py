@@ -61,6 +61,13 @@ def specs(dt: str) -> dict[str, fs.BatchedEinsum]:
         "scaled_columns": fs.einsum("ik,k,kj,j->ij", a("A", ("M", "K"), dt),
                                     a("d", ("K",), dt), a("B", ("K", "N"), dt),
                                     a("c", ("N",), dt)),
+        # reduction indices of one side only, summed as its entries are copied: DG's
+        # divergence (sum_x J[x, r, e] u[x, e, j]; r loops around the K tiles), and a
+        # sum over y of B's entries
+        "divergence": fs.einsum("xre,rij,xej->ei", a("J", (3, 2, "E"), dt),
+                                a("D", (2, 9, 10), dt), a("u", (3, "E", 10), dt)),
+        "summed_b": fs.einsum("ej,yij->ei", a("u", ("E", 10), dt),
+                              a("D", (2, 9, 10), dt)),
     }
 
 
@@ -87,6 +94,22 @@ def test_roles_fuse_the_contiguous_indices() -> None:
     assert len(crossed["k"]) == 1 and len(crossed["red"]) == 1
     assert _roles("batched")["rest"] == ("b", "c")
     assert _roles("rows")["y"] == ("a", "b")
+    # divergence: u is A (it holds the K index j), J its factor, x summed in u's copies
+    assert _roles("divergence") == {"x": ("i",), "y": ("e",), "k": ("j",), "rest": (),
+                                    "red": ("r",)}
+    assert _sums("divergence") == (("x",), ())
+    assert _sums("summed_b") == ((), ("y",))
+    assert _sums("crossed") == ((), ())  # in both operands: a loop
+
+
+def _sums(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    from feinsum.toolbox import gemm as tg
+
+    e = canonicalize(specs("float32")[name])
+    r = tg.roles(e)
+    assert not isinstance(r, str), r
+    iso = fs.isomorphism(e, specs("float32")[name]).indices
+    return tuple(iso[i] for i in r.a_sums), tuple(iso[i] for i in r.b_sums)
 
 
 def test_applies_to_two_operand_contractions_on_gpus(cl_device) -> None:  # type: ignore[no-untyped-def]
@@ -115,6 +138,10 @@ def test_applies_to_two_operand_contractions_on_gpus(cl_device) -> None:  # type
     looped = fs.batched_einsum("bcij,bcjk->bcik", [
         [a(n, (3, 2, "I", "J")), a("B", (3, 2, "J", "K"))] for n in "AC"])
     assert "several rows" in r.applies(canonicalize(looped), h100)
+    # the gradient's J[x, r, e] has the output index x, which u[e, j] lacks
+    gradient = fs.einsum("xre,rij,ej->xei", a("J", (3, 3, 7)), a("D", (3, 5, 6)),
+                         a("u", (7, 6)))
+    assert "output indices of both" in r.applies(canonicalize(gradient), h100)
     mixed = fs.batched_einsum("ik,kj->ij", [[a("A", (5, 6), "float32"),
                                              a("B", (6, 7), "float32")],
                                             [a("C", (5, 6)), a("D", (6, 7))]])
@@ -257,6 +284,18 @@ def test_factors_scale_the_copies_of_their_operand() -> None:
     code = _code("face_mass", double_buffer=False)
     copies = [line for line in code.splitlines() if re.search(r"\bra\[0\]\.s\d = a", line)]
     assert len(copies) == 4 and all(re.search(r"\] \* a\d\[", c) for c in copies), copies
+    fmas = re.findall(r"acc\[\d+\] = acc\[\d+\] \+ [^;]*;", code)
+    assert fmas and not any(re.search(r"\ba\d\[", f) for f in fmas)
+
+
+def test_one_sides_reduction_is_summed_in_its_copies() -> None:
+    """The divergence's ``x`` (in ``J`` and ``u`` only) is summed as ``u``'s entries are
+    copied, three products a copied entry, unrolled; ``r`` (in ``D`` too) is a loop around
+    the K tiles; the register tile's FMAs read the local tiles only."""
+    code = _code("divergence", double_buffer=False, vw=1)
+    copies = [line for line in code.splitlines() if re.search(r"\bra\[\d+\] = a", line)]
+    assert copies and all(len(re.findall(r"\ba\d\[", line)) == 6 for line in copies), copies
+    assert re.search(r"for \(int i\w* = 0; i\w* <= 1; \+\+i\w*\)", code), code
     fmas = re.findall(r"acc\[\d+\] = acc\[\d+\] \+ [^;]*;", code)
     assert fmas and not any(re.search(r"\ba\d\[", f) for f in fmas)
 

@@ -9,9 +9,10 @@ so the unrolled FMA body has no bounds guard for any lengths; ``double_buffer`` 
 local tiles (one barrier per ``K`` tile); ``split`` slices ``K`` over ``g.2`` and sums the
 slices in a second kernel (split-K). Scalar operands (no index) multiply each sum as
 it is stored; operands that scale ``A`` or ``B`` (the face Jacobians of DG's face mass)
-multiply its entries as they are copied. The rows of a batched einsum (four fields times
-one operator) run in sequence in each work-group, one launch. GPUs only: on CPUs
-``contraction`` applies.
+multiply its entries as they are copied, summed there over a reduction index of that
+side only (the divergence's ``sum_x J[x, r, e] u[x, e, j]``). The rows of a batched
+einsum (four fields times one operator) run in sequence in each work-group, one launch.
+GPUs only: on CPUs ``contraction`` applies.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Which recipe the hook applies when the database knows nothing: a fixed preference order.
 
 :data:`PREFERENCE`: the most specialised recipes first; :func:`preference` adjusts it to an
-einsum and a device (:data:`OPERATOR_STREAMERS`). A recipe feinsum does not ship (from
+einsum and a device (:data:`OPERATOR_RECIPES`). A recipe feinsum does not ship (from
 ``FEINSUM_RECIPE_PATH``) comes after the shipped specialised ones and before ``generic``;
 recipes that need host-side arguments (``Recipe.prepare``: block-sparse launch tables) are
 never chosen by the hook, since the program's callers would not pass those arguments.
@@ -34,13 +34,16 @@ PREFERENCE: tuple[str, ...] = (
     "generic",         # every dense einsum
 )
 
-#: Recipes that read an element-batched einsum's operator (its element-independent
-#: operands) from global memory where it exceeds the device's local memory (a degree-6
-#: DG operator in float64: 84 x 84 doubles, 56 KiB, against NVIDIA's 48 KiB). On a GPU,
-#: such a contraction goes to ``gemm_gpu`` first: on the H200 model, ``ij,ej->ei`` at 84
-#: nodes takes 0.147 ms with its default and 0.295 ms with ``dg_operator``'s (which the
-#: H200 measured at twice its prediction where the operator stayed in global memory).
-OPERATOR_STREAMERS: tuple[str, ...] = ("dg_transposed", "dg_operator")
+#: The recipes of element-batched einsums that keep the operator (the element-independent
+#: operands) in local memory, in slices (``dg_nodes``), or read it from global memory
+#: where it exceeds the device's local memory (a degree-6 DG operator in float64: 84 x 84
+#: doubles, 56 KiB, against NVIDIA's 48 KiB). On a GPU, such a contraction goes to
+#: ``gemm_gpu`` first: on the H200 model, ``ij,ej->ei`` at 84 nodes takes 0.147 ms with
+#: its default and 0.295 ms with ``dg_operator``'s (which the H200 measured at twice its
+#: prediction where the operator stayed in global memory); the divergence at 56 to 125
+#: nodes, whose ``D[r]`` slices ``dg_nodes`` stages, 1.2 to 13x faster than ``dg_nodes``'
+#: default on the H200, A100 and MI250X models (float32 and float64, one field and four).
+OPERATOR_RECIPES: tuple[str, ...] = ("dg_nodes", "dg_transposed", "dg_operator")
 
 
 @dataclass(frozen=True)
@@ -53,11 +56,11 @@ class DefaultChoice:
 
 def preference(canonical: BatchedEinsum, device: DeviceInfo) -> tuple[str, ...]:
     """:data:`PREFERENCE` for *canonical* on *device*: on a GPU, where the einsum's operator
-    does not fit the local memory, ``gemm_gpu`` before :data:`OPERATOR_STREAMERS`."""
+    does not fit the local memory, ``gemm_gpu`` before :data:`OPERATOR_RECIPES`."""
     if device.is_cpu or not _operator_exceeds_local_memory(canonical, device):
         return PREFERENCE
     rest = [n for n in PREFERENCE if n != "gemm_gpu"]
-    first = min(rest.index(n) for n in OPERATOR_STREAMERS)
+    first = min(rest.index(n) for n in OPERATOR_RECIPES)
     return (*rest[:first], "gemm_gpu", *rest[first:])
 
 

@@ -5,8 +5,9 @@ A contraction is seen as ``out[rest, Y, X] = sum_K A[Y, K] * B[K, X]`` (:func:`r
 are contiguous with it in ``B`` and in the output (``ijkl,mi->mjkl``: ``X = jkl``); ``Y``
 likewise from operand ``A``; ``K`` the longest reduction index fused with the reduction
 indices contiguous with it in both operands (``ijk,jkl->il``: ``K = jk``). What is left are
-batch output indices (``rest``: ``g.2`` and loops) and other reduction indices (loops
-around the ``K`` tiles). Which operands are ``A`` and ``B``, and which scale them:
+batch output indices (``rest``: ``g.2`` and loops), reduction indices of one side only
+(summed as that side's entries are copied) and other reduction indices (loops around the
+``K`` tiles). Which operands are ``A`` and ``B``, and which scale them:
 :mod:`feinsum.toolbox.gemm_operands`; the rows of a batched einsum:
 :mod:`feinsum.toolbox.gemm_rows`.
 
@@ -31,6 +32,7 @@ around the ``K`` tiles). Which operands are ``A`` and ``B``, and which scale the
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,6 +57,8 @@ REGISTER_TILES, K_TILES, VECTOR_WIDTHS, SPLITS = (1, 2, 4, 8), (2, 4, 8, 16, 32)
 RESERVED_REGISTERS = 32
 #: Unrolled FMA statements of one ``K`` tile (``px*py*kt``) at most: compile time.
 MAX_UNROLLED = 1024
+#: Terms a copied entry sums at most (:attr:`Roles.a_sums`; beyond: loops around ``K``).
+MAX_SUMMED = 8
 
 
 # {{{ roles: the contraction as a GEMM over fused indices
@@ -83,6 +87,11 @@ class Roles:
     #: copied (:mod:`feinsum.toolbox.gemm_operands`)
     a_factors: tuple[int, ...] = ()
     b_factors: tuple[int, ...] = ()
+    #: reduction indices of one side only (``A`` and its factors, or ``B`` and its),
+    #: summed as its entries are copied: divergence's ``x`` in
+    #: ``sum_x J[x, r, e] u[x, e, j]``
+    a_sums: tuple[str, ...] = ()
+    b_sums: tuple[str, ...] = ()
 
 
 def memory_orders(e: BatchedEinsum, c: int) -> list[list[str]]:
@@ -148,9 +157,15 @@ def roles(e: BatchedEinsum) -> Roles | str:
     if e.nrows > 1 and len(rest) > 1:
         return ("several rows (a batched einsum) and batch indices that loop in the "
                 "kernel: use contraction")
+    sides = [{i for c in (side, *factors) for i in e.in_indices[c]}
+             for side, factors in ((a, ops.a_factors), (b, ops.b_factors))]
+    sums = [tuple(i for i in e.reduction_indices if i not in ks and i in sides[n]
+                  and i not in sides[1 - n] and _fixed(e, i)) for n in (0, 1)]
+    if math.prod(int(e.lengths[i]) for i in (*sums[0], *sums[1])) > MAX_SUMMED:
+        sums = [(), ()]
     return Roles(a, b, xs, ys, ks, rest,
-                 tuple(i for i in e.reduction_indices if i not in ks), ops.scales,
-                 ops.a_factors, ops.b_factors)
+                 tuple(i for i in e.reduction_indices if i not in (*ks, *sums[0], *sums[1])),
+                 ops.scales, ops.a_factors, ops.b_factors, *sums)
 
 
 def group_length(e: BatchedEinsum, group: Sequence[str]) -> Any:
@@ -324,9 +339,7 @@ def _copy(e: BatchedEinsum, r: Roles, t: Tiling, sd: _Side, lens: dict[str, Any]
     idx = {**components(e, sd.group, prim.Min((gm, sd.length - 1)) if edge_m else gm),
            **components(e, r.k, prim.Min((gk, lens["K"] - 1)) if edge_k or ahead else gk),
            **{i: _V(i) for i in (*r.rest, *r.red)}}
-    loads = [_V(f"op{c}_r0")(*(idx[i] for i in e.in_indices[c]))
-             for c in (sd.col, *(r.a_factors if sd.col == r.a else r.b_factors))]
-    value = prim.Product(tuple(loads)) if len(loads) > 1 else loads[0]
+    value = _summed(e, r, sd.col, idx)
     out = [lp.Assignment(run(f"r{sd.tag}", f, v), value,
                          id=f"{name}_ld", within_inames=within | {f.name} | vl,
                          predicates=preds, depends_on=deps)]
@@ -349,6 +362,20 @@ def _copy(e: BatchedEinsum, r: Roles, t: Tiling, sd: _Side, lens: dict[str, Any]
                              within_inames=within | {f.name} | vl, predicates=preds,
                              depends_on=frozenset({out[-1].id})))
     return out
+
+
+def _summed(e: BatchedEinsum, r: Roles, col: int, idx: dict[str, Any]) -> Any:
+    """The entry of operand *col* at *idx* times its factors, summed over its side's
+    :attr:`Roles.a_sums` (or ``b_sums``), unrolled."""
+    a = col == r.a
+    sums = r.a_sums if a else r.b_sums
+    terms = []
+    for values in itertools.product(*(range(int(e.lengths[i])) for i in sums)):
+        at = {**idx, **dict(zip(sums, values, strict=True))}
+        loads = [_V(f"op{c}_r0")(*(at[i] for i in e.in_indices[c]))
+                 for c in (col, *(r.a_factors if a else r.b_factors))]
+        terms.append(prim.Product(tuple(loads)) if len(loads) > 1 else loads[0])
+    return prim.Sum(tuple(terms)) if len(terms) > 1 else terms[0]
 
 
 def copy_rounds(t: Tiling, block: int) -> int:

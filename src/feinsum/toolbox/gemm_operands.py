@@ -2,11 +2,15 @@
 :mod:`feinsum.toolbox.gemm`), and which only scale them.
 
 ``B`` holds the output's contiguous index (of several that do, the one with most
-indices), ``A`` another output index (of several, the one with most indices); an operand
-beyond these two whose indices are all ``A``'s (or all ``B``'s) is a *factor*: it
-multiplies each entry of that operand as it is copied to the local tile. The face mass of DG,
-``ifj,fe,fej->ei`` (``out[e, i] = sum_fj L[i, f, j] (J[f, e] u[f, e, j])``), is a GEMM of
-``u`` scaled by the face Jacobians ``J`` and the lifting operator ``L``. Operands without
+indices), ``A`` another output index (of several, the one holding the longest reduction
+index, else the one with most indices); an operand beyond these two whose indices are all
+``A``'s (or all ``B``'s) is a *factor*: it multiplies each entry of that operand as it is
+copied to the local tile. The face mass of DG, ``ifj,fe,fej->ei``
+(``out[e, i] = sum_fj L[i, f, j] (J[f, e] u[f, e, j])``), is a GEMM of ``u`` scaled by the
+face Jacobians ``J`` and the lifting operator ``L``. A factor may also have reduction
+indices its operand lacks (its output indices are that operand's): DG's divergence
+``xre,rij,xej->ei`` is ``sum_r`` of GEMMs of ``sum_x J[x, r, e] u[x, e, j]`` and
+``D[r, i, j]`` (:attr:`feinsum.toolbox.gemm.Roles.a_sums`). Operands without
 an index (pytato's ``2 * (A @ B)``) are scalars that multiply each sum as it is stored.
 """
 
@@ -15,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from feinsum.spec.model import BatchedEinsum
-from feinsum.toolbox.core import index_operands
+from feinsum.toolbox.core import index_operands, main_reduction
 
 
 @dataclass(frozen=True)
@@ -51,11 +55,20 @@ def operand_columns(e: BatchedEinsum) -> OperandColumns | str:
     b = max(holders, key=lambda c: len(e.in_indices[c]))
     rest = sorted((c for c in tensors if c not in holders),
                   key=lambda c: -len(e.in_indices[c]))
-    a, others = rest[0], [*rest[1:], *(c for c in holders if c != b)]
+    k = main_reduction(e)
+    a = next((c for c in rest if k in e.in_indices[c]), rest[0])
+    others = [*(c for c in rest if c != a), *(c for c in holders if c != b)]
     of_a = [c for c in others if set(e.in_indices[c]) <= set(e.in_indices[a])]
     of_b = [c for c in others if c not in of_a
             and set(e.in_indices[c]) <= set(e.in_indices[b])]
-    if len(of_a) + len(of_b) != len(others):
-        return ("needs two operands and factors of them: an operand beyond two has "
-                "indices of both")
+    for c in others:  # a factor that also has reduction indices the other operand loops
+        if c in of_a or c in of_b:
+            continue
+        free = set(e.in_indices[c]) - set(e.reduction_indices)
+        side = of_a if free <= set(e.in_indices[a]) else of_b if free <= set(
+            e.in_indices[b]) else None
+        if side is None:
+            return ("needs two operands and factors of them: an operand beyond two has "
+                    "output indices of both")
+        side.append(c)
     return OperandColumns(a, b, tuple(of_a), tuple(of_b), scales)
