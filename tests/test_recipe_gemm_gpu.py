@@ -72,10 +72,10 @@ def specs(dt: str) -> dict[str, fs.BatchedEinsum]:
 
 
 def _roles(name: str):  # type: ignore[no-untyped-def]
-    from feinsum.toolbox import gemm as tg
+    from feinsum.toolbox import gemm_view as gv
 
     e = canonicalize(specs("float32")[name])
-    r = tg.roles(e)
+    r = gv.roles(e)
     assert not isinstance(r, str), r
     # back to the spec's own index names, through the canonical renaming
     iso = fs.isomorphism(e, specs("float32")[name]).indices
@@ -103,10 +103,10 @@ def test_roles_fuse_the_contiguous_indices() -> None:
 
 
 def _sums(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    from feinsum.toolbox import gemm as tg
+    from feinsum.toolbox import gemm_view as gv
 
     e = canonicalize(specs("float32")[name])
-    r = tg.roles(e)
+    r = gv.roles(e)
     assert not isinstance(r, str), r
     iso = fs.isomorphism(e, specs("float32")[name]).indices
     return tuple(iso[i] for i in r.a_sums), tuple(iso[i] for i in r.b_sums)
@@ -276,10 +276,10 @@ def test_rows_run_in_sequence_in_one_kernel(cl_queue) -> None:  # type: ignore[n
 def test_factors_scale_the_copies_of_their_operand() -> None:
     """The face mass's ``J[f, e]`` multiplies each entry of ``u`` as it is copied (inside
     the loop over ``f`` around the K tiles), never an FMA of the register tile."""
-    from feinsum.toolbox import gemm as tg
+    from feinsum.toolbox import gemm_view as gv
 
     e = canonicalize(specs("float64")["face_mass"])
-    r = tg.roles(e)
+    r = gv.roles(e)
     assert not isinstance(r, str) and len(r.a_factors) == 1 and not r.b_factors
     code = _code("face_mass", double_buffer=False)
     copies = [line for line in code.splitlines() if re.search(r"\bra\[0\]\.s\d = a", line)]
@@ -343,6 +343,7 @@ def test_double_buffer_never_reads_past_a_fixed_k(split: int) -> None:
 
 def test_defaults_from_the_device() -> None:
     from feinsum.toolbox import gemm as tg
+    from feinsum.toolbox import gemm_view as gv
     from feinsum.tuning.workloads import workloads
 
     r, h100 = recipe(), get_model("h100")
@@ -381,7 +382,7 @@ def test_defaults_from_the_device() -> None:
     f64 = canonicalize(specs("float64")["gemm"])
     low = get_model("max1550")
     t = r.default(f64, low)
-    assert tg.value_registers(f64, tg.Tiling(**{k: t[k] for k in (
+    assert tg.value_registers(f64, gv.Tiling(**{k: t[k] for k in (
         "lx", "ly", "px", "py", "kt", "vw", "split", "double_buffer")})) <= (
         tg.register_budget(low))
 

@@ -1,7 +1,7 @@
 """gemm_gpu: two-operand contractions on GPUs as tiled GEMMs (docs/recipe-library.rst).
 
 The contraction is ``out[rest, Y, X] = sum_K A[Y, K] B[K, X]`` over fused index groups
-(:func:`feinsum.toolbox.gemm.roles`: ``ijkl,mi->mjkl`` is a ``64 x 262144 x 64`` GEMM,
+(:func:`feinsum.toolbox.gemm_view.roles`: ``ijkl,mi->mjkl`` is a ``64 x 262144 x 64`` GEMM,
 ``ijk,jkl->il`` reduces over ``jk``). A ``ly x lx`` work-group owns a ``ly*py x lx*px``
 block, each work-item a ``py x px`` register tile in runs of ``vw`` (vector local loads);
 ``K`` advances ``kt`` at a time through local tiles that read zeros outside the operands,
@@ -22,6 +22,7 @@ from typing import Any
 from feinsum.recipes import Boolean, Choice, Constraint, ParameterSpace, PowersOfTwo, Recipe
 from feinsum.toolbox import core as tb
 from feinsum.toolbox import gemm as tg
+from feinsum.toolbox import gemm_view as gv
 from feinsum.toolbox.gemm_default import default_tiling
 from feinsum.toolbox.parameters import at_most
 
@@ -29,27 +30,27 @@ from feinsum.toolbox.parameters import at_most
 def _applies(e: Any, device: Any) -> str | None:
     if device.is_cpu:
         return "a GPU schedule (on CPUs: contraction)"
-    r = tg.roles(e)
+    r = gv.roles(e)
     return r if isinstance(r, str) else None
 
 
-def _tiling(p: dict[str, Any]) -> tg.Tiling:
-    return tg.Tiling(**{k: p[k] for k in ("lx", "ly", "px", "py", "kt", "vw", "split",
+def _tiling(p: dict[str, Any]) -> gv.Tiling:
+    return gv.Tiling(**{k: p[k] for k in ("lx", "ly", "px", "py", "kt", "vw", "split",
                                           "double_buffer")})
 
 
 def _space(e: Any, device: Any) -> ParameterSpace:
-    r = tg.roles(e)
+    r = gv.roles(e)
     if isinstance(r, str):  # applies() declined it: an empty space says why
         raise ValueError(r)
     params = {
         "lx": PowersOfTwo(1, 64), "ly": PowersOfTwo(1, 64),
-        "px": Choice(tg.REGISTER_TILES), "py": Choice(tg.REGISTER_TILES),
-        "kt": Choice(tg.K_TILES), "vw": Choice(tg.VECTOR_WIDTHS),
-        "split": Choice(tg.SPLITS), "double_buffer": Boolean(),
+        "px": Choice(gv.REGISTER_TILES), "py": Choice(gv.REGISTER_TILES),
+        "kt": Choice(gv.K_TILES), "vw": Choice(gv.VECTOR_WIDTHS),
+        "split": Choice(gv.SPLITS), "double_buffer": Boolean(),
         **tb.build_option_parameters(e),
     }
-    size, k = tb.dtype_size(e), tg.group_length(e, r.k)
+    size, k = tb.dtype_size(e), gv.group_length(e, r.k)
     cons = [
         *tb.work_group_constraints(device, "lx", "ly"),
         Constraint("vector_runs", lambda p: p["vw"] <= min(p["px"], p["py"]),
@@ -74,7 +75,7 @@ def _space(e: Any, device: Any) -> ParameterSpace:
 
 
 def _default(e: Any, device: Any, lengths: dict[str, int]) -> dict[str, Any]:
-    r = tg.roles(e)
+    r = gv.roles(e)
     if isinstance(r, str):
         raise ValueError(r)
     t = default_tiling(e, r, device, lengths)
@@ -84,7 +85,7 @@ def _default(e: Any, device: Any, lengths: dict[str, int]) -> dict[str, Any]:
 
 def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     """The GEMM kernel of the contraction (feinsum.toolbox.gemm.gemm_kernel)."""
-    r = tg.roles(e)
+    r = gv.roles(e)
     if isinstance(r, str):  # apply() checks applies() first: a bug if reached
         raise ValueError(r)
     return tg.gemm_kernel(t_unit, e, r, _tiling(p))

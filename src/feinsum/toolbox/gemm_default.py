@@ -10,16 +10,8 @@ from typing import Any
 
 from feinsum.spec.model import BatchedEinsum
 from feinsum.toolbox.core import dtype_size
-from feinsum.toolbox.gemm import (
-    K_TILES,
-    SPLITS,
-    Roles,
-    Tiling,
-    group_length,
-    local_entries,
-    register_budget,
-    value_registers,
-)
+from feinsum.toolbox.gemm import local_entries, register_budget, value_registers
+from feinsum.toolbox.gemm_view import K_TILES, SPLITS, Roles, Tiling, group_length
 
 #: The work-items of a default work-group (fewer where the device allows fewer).
 DEFAULT_THREADS = 256

@@ -10,7 +10,7 @@ copied to the local tile. The face mass of DG, ``ifj,fe,fej->ei``
 face Jacobians ``J`` and the lifting operator ``L``. A factor may also have reduction
 indices its operand lacks (its output indices are that operand's): DG's divergence
 ``xre,rij,xej->ei`` is ``sum_r`` of GEMMs of ``sum_x J[x, r, e] u[x, e, j]`` and
-``D[r, i, j]`` (:attr:`feinsum.toolbox.gemm.Roles.a_sums`). Operands without
+``D[r, i, j]`` (:attr:`feinsum.toolbox.gemm_view.Roles.a_sums`). Operands without
 an index (pytato's ``2 * (A @ B)``) are scalars that multiply each sum as it is stored.
 """
 
