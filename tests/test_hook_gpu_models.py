@@ -113,18 +113,21 @@ def test_high_order_dg_einsums_get_a_specialised_default() -> None:
 
 
 @pytest.mark.parametrize("form", ["local", "face_mass", "face_mass_one_field",
-                                  "divergence", "divergence_one_field"])
+                                  "divergence", "divergence_one_field", "gradient",
+                                  "gradient_one_field"])
 def test_fields_of_a_high_order_operator_are_one_gemm(form: str, cl_queue: Any) -> None:
     """Four fields of a degree-6 operator (84 nodes; ``D`` 56 KiB, ``L`` 75 KiB in
     float64: over the local memory), one batched einsum of four rows as a compiler that
     fuses their loops writes it: for the H200 model the hook takes gemm_gpu's default (the
     rows in sequence in one kernel; the face mass's Jacobians scale ``u`` as it is copied,
-    the divergence's ``sum_x J[x, r, e] u[x, e, j]`` is summed as ``u`` is copied).
+    the divergence's ``sum_x J[x, r, e] u[x, e, j]`` is summed as ``u`` is copied, the
+    gradient's ``J[x, r, e]`` combines a register tile for each ``r`` as it is stored).
     Before, a batch and a third operand were no GEMM and dg_operator read the operator
     from global memory, predicted at least 1.9x slower at E = 5e4. The transformed kernel
     computes what the reference kernel does. One field of the face mass: its Jacobians
     folded into ``u``'s loads (the core ``ifj,fej->ei`` and its records), gemm_gpu too;
-    the divergence's ``J`` has an index ``u`` lacks and is never folded."""
+    the divergence's and the gradient's ``J`` have an index ``u`` lacks and are never
+    folded."""
     from feinsum import array, batched_einsum, canonical_lengths, canonicalize
     from feinsum.hook import transform_program
     from feinsum.lowering.kernel import generate_loopy
@@ -138,6 +141,10 @@ def test_fields_of_a_high_order_operator_are_one_gemm(form: str, cl_queue: Any) 
         subscripts, fixed = "xre,rij,xej->ei", [array("J", (3, 3, "E")),
                                                 array("D", (3, 84, 84))]
         fields = [array(f"u{k}", (3, "E", 84)) for k in range(1 if "one" in form else 4)]
+    elif form.startswith("gradient"):
+        subscripts, fixed = "xre,rij,ej->xei", [array("J", (3, 3, "E")),
+                                                array("D", (3, 84, 84))]
+        fields = [array(f"u{k}", ("E", 84)) for k in range(1 if "one" in form else 4)]
     else:
         subscripts, fixed = "ifj,fe,fej->ei", [array("L", (84, 4, 28)), array("J", (4, "E"))]
         fields = [array(f"u{k}", (4, "E", 28)) for k in range(4 if form == "face_mass" else 1)]

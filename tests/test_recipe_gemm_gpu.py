@@ -68,6 +68,10 @@ def specs(dt: str) -> dict[str, fs.BatchedEinsum]:
                                 a("D", (2, 9, 10), dt), a("u", (3, "E", 10), dt)),
         "summed_b": fs.einsum("ej,yij->ei", a("u", ("E", 10), dt),
                               a("D", (2, 9, 10), dt)),
+        # an operand that combines the sums as they are stored: DG's gradient (a register
+        # tile for each r, out[x, e, i] = sum_r J[x, r, e] T[r] for each x)
+        "gradient": fs.einsum("xre,rij,ej->xei", a("J", (3, 2, "E"), dt),
+                              a("D", (2, 9, 10), dt), a("u", ("E", 10), dt)),
     }
 
 
@@ -83,6 +87,8 @@ def _roles(name: str):  # type: ignore[no-untyped-def]
 
 
 def test_roles_fuse_the_contiguous_indices() -> None:
+    from feinsum.toolbox import gemm_view as gv
+
     assert _roles("gemm") == {"x": ("j",), "y": ("i",), "k": ("k",), "rest": (), "red": ()}
     # out[m, jkl] = W[m, i] T[i, jkl]: a (Q x 105 x 9) GEMM
     assert _roles("ttm")["x"] == ("j", "k", "l")
@@ -100,6 +106,14 @@ def test_roles_fuse_the_contiguous_indices() -> None:
     assert _sums("divergence") == (("x",), ())
     assert _sums("summed_b") == ((), ("y",))
     assert _sums("crossed") == ((), ())  # in both operands: a loop
+    # gradient: u is A, D is B, J combines the sums over r into the outputs of each x
+    assert _roles("gradient") == {"x": ("i",), "y": ("e",), "k": ("j",), "rest": (),
+                                  "red": ()}
+    e = canonicalize(specs("float32")["gradient"])
+    r = gv.roles(e)
+    assert not isinstance(r, str) and r.combine is not None and r.combine not in (r.a, r.b)
+    iso = fs.isomorphism(e, specs("float32")["gradient"]).indices
+    assert [iso[i] for i in r.carried] == ["r"] and [iso[i] for i in r.spread] == ["x"]
 
 
 def _sums(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -138,10 +152,13 @@ def test_applies_to_two_operand_contractions_on_gpus(cl_device) -> None:  # type
     looped = fs.batched_einsum("bcij,bcjk->bcik", [
         [a(n, (3, 2, "I", "J")), a("B", (3, 2, "J", "K"))] for n in "AC"])
     assert "several rows" in r.applies(canonicalize(looped), h100)
-    # the gradient's J[x, r, e] has the output index x, which u[e, j] lacks
-    gradient = fs.einsum("xre,rij,ej->xei", a("J", (3, 3, 7)), a("D", (3, 5, 6)),
-                         a("u", (7, 6)))
-    assert "output indices of both" in r.applies(canonicalize(gradient), h100)
+    # a third operand with output indices of both A and B
+    both = fs.einsum("ik,kj,ij->ij", a("A", (5, 6)), a("B", (6, 7)), a("C", (5, 7)))
+    assert "output indices of both" in r.applies(canonicalize(both), h100)
+    # a combining operand keeps a register tile for each carried value: 4 at most
+    wide = fs.einsum("xre,rij,ej->xei", a("J", (3, 5, 7)), a("D", (5, 5, 6)),
+                     a("u", (7, 6)))
+    assert "at most 4 register tiles" in r.applies(canonicalize(wide), h100)
     mixed = fs.batched_einsum("ik,kj->ij", [[a("A", (5, 6), "float32"),
                                              a("B", (6, 7), "float32")],
                                             [a("C", (5, 6)), a("D", (6, 7))]])
@@ -298,6 +315,22 @@ def test_one_sides_reduction_is_summed_in_its_copies() -> None:
     assert re.search(r"for \(int i\w* = 0; i\w* <= 1; \+\+i\w*\)", code), code
     fmas = re.findall(r"acc\[\d+\] = acc\[\d+\] \+ [^;]*;", code)
     assert fmas and not any(re.search(r"\ba\d\[", f) for f in fmas)
+
+
+def test_a_combining_operand_keeps_a_tile_for_each_carried_value() -> None:
+    """The gradient's ``J[x, r, e]`` combines the sums as they are stored: a register
+    tile and a local ``B`` tile for each ``r`` (one FMA body over all three), and a store
+    for each ``x`` summing ``J[x, r, e] acc[r]`` over ``r``; no split-K."""
+    code = _code("gradient", double_buffer=False, vw=1, px=2, py=2)
+    assert re.search(r"double acc\[2 \* 2 \* 2\]|float acc\[2 \* 2 \* 2\]", code), code
+    stores = [line for line in code.splitlines() if re.search(r"\bout\w*\[.*\] = ", line)]
+    assert len(stores) == 3 * 2 * 2, stores  # x, then the 2 x 2 register tile
+    assert all(len(re.findall(r"\bacc\[", line)) == 2 for line in stores), stores
+    r, h100 = recipe(), get_model("h100")
+    e = canonicalize(specs("float32")["gradient"])
+    with pytest.raises(InvalidConfigurationError, match="split_uncombined"):
+        r.check({**r.default(e, h100), "split": 2}, e, h100)
+    assert r.default(e, h100)["double_buffer"] is False
 
 
 def test_rows_take_no_split() -> None:

@@ -10,7 +10,9 @@ local tiles (one barrier per ``K`` tile); ``split`` slices ``K`` over ``g.2`` an
 slices in a second kernel (split-K). Scalar operands (no index) multiply each sum as
 it is stored; operands that scale ``A`` or ``B`` (the face Jacobians of DG's face mass)
 multiply its entries as they are copied, summed there over a reduction index of that
-side only (the divergence's ``sum_x J[x, r, e] u[x, e, j]``). The rows of a batched
+side only (the divergence's ``sum_x J[x, r, e] u[x, e, j]``); an operand that combines
+the sums (the gradient's ``J``) gets a register tile for each ``r`` and is applied as
+they are stored. The rows of a batched
 einsum (four fields times one operator) run in sequence in each work-group, one launch.
 GPUs only: on CPUs ``contraction`` applies.
 """
@@ -55,7 +57,7 @@ def _space(e: Any, device: Any) -> ParameterSpace:
         *tb.work_group_constraints(device, "lx", "ly"),
         Constraint("vector_runs", lambda p: p["vw"] <= min(p["px"], p["py"]),
                    "vw <= px, py (a register tile is made of runs of vw entries)"),
-        at_most("registers", lambda p: tg.value_registers(e, _tiling(p)),
+        at_most("registers", lambda p: tg.value_registers(e, _tiling(p), r),
                 tg.register_budget(device),
                 "accumulators, fragments and copied entries <= the device's registers "
                 f"per work-item less {tg.RESERVED_REGISTERS}"),
@@ -67,6 +69,9 @@ def _space(e: Any, device: Any) -> ParameterSpace:
                    "split > 1 only without batch output indices (they take g.2)"),
         Constraint("split_one_row", lambda p: p["split"] == 1 or e.nrows == 1,
                    "split > 1 only for one row (the rows of a batch run in sequence)"),
+        Constraint("split_uncombined", lambda p: p["split"] == 1 or not r.carried,
+                   "split > 1 only where no operand combines the sums as they are stored "
+                   "(the gradient's J)"),
         Constraint("split_at_most_tiles", lambda p: p["split"] == 1 or not isinstance(
                    k, int) or p["split"] * p["kt"] <= k,
                    "split*kt <= the fixed reduction length (no slice without a K tile)"),

@@ -40,9 +40,10 @@ PREFERENCE: tuple[str, ...] = (
 #: doubles, 56 KiB, against NVIDIA's 48 KiB). On a GPU, such a contraction goes to
 #: ``gemm_gpu`` first: on the H200 model, ``ij,ej->ei`` at 84 nodes takes 0.147 ms with
 #: its default and 0.295 ms with ``dg_operator``'s (which the H200 measured at twice its
-#: prediction where the operator stayed in global memory); the divergence at 56 to 125
-#: nodes, whose ``D[r]`` slices ``dg_nodes`` stages, 1.2 to 13x faster than ``dg_nodes``'
-#: default on the H200, A100 and MI250X models (float32 and float64, one field and four).
+#: prediction where the operator stayed in global memory); the divergence and the gradient
+#: at 56 to 125 nodes, whose ``D[r]`` slices ``dg_nodes`` stages, 1.2 to 14x faster than
+#: ``dg_nodes``' default on the H200, A100 and MI250X models (float32 and float64, one
+#: field and four).
 OPERATOR_RECIPES: tuple[str, ...] = ("dg_nodes", "dg_transposed", "dg_operator")
 
 

@@ -38,12 +38,13 @@ from feinsum.spec.model import BatchedEinsum
 from feinsum.toolbox.core import dtype_size, kernel_of
 from feinsum.toolbox.dense import subscript
 from feinsum.toolbox.gemm_rows import row_name, rows_in_sequence
-from feinsum.toolbox.gemm_stores import stores
+from feinsum.toolbox.gemm_stores import spread_iname, stores
 from feinsum.toolbox.gemm_view import (
     Roles,
     Tiling,
     components,
     group_length,
+    tiles_kept,
     transposes,
 )
 
@@ -73,9 +74,16 @@ class _Side:
     tile: str
     transposed: bool
     tag: str
+    #: whether the side keeps a tile for each value of :attr:`Roles.carried` (``B``)
+    kept: bool = False
+
+    def lead(self, iname: str) -> tuple[Any, ...]:
+        """The leading index of the side's tiles, registers and fragments in a statement
+        whose loop over the kept tiles is *iname* (none where it keeps one)."""
+        return (_V(iname),) if self.kept else ()
 
 
-def _entry(t: Tiling, sd: _Side, ktile: Any, buf: Any, f: Any, v: Any
+def _entry(t: Tiling, sd: _Side, ktile: Any, buf: Any, f: Any, v: Any, lead: tuple[Any, ...] = ()
            ) -> tuple[Any, Any, Any, Any, frozenset[Any]]:
     """Entry *v* of the run a work-item copies in round *f* of a copy of *sd*'s tile:
     its row and ``K`` index in the operand, its place in the tile (buffer *buf*), its
@@ -83,7 +91,7 @@ def _entry(t: Tiling, sd: _Side, ktile: Any, buf: Any, f: Any, v: Any
     runs = sd.block // t.vw
     flat = f * t.threads + _V("ly") * t.lx + _V("lx")
     kk, m4 = (flat % t.kt, flat // t.kt) if sd.transposed else (flat // runs, flat % runs)
-    dest = (subscript(sd.tile, buf, kk, m4, v) if t.vw > 1 else subscript(sd.tile, buf, kk, m4))
+    dest = subscript(sd.tile, *lead, buf, kk, m4, *((v,) if t.vw > 1 else ()))
     preds = frozenset() if (t.kt * runs) % t.threads == 0 else frozenset(
         {prim.Comparison(flat, "<", t.kt * runs)})
     return sd.g * sd.block + m4 * t.vw + v, ktile * t.kt + kk, dest, kk, preds
@@ -144,20 +152,24 @@ def _copy(e: BatchedEinsum, r: Roles, t: Tiling, sd: _Side, lens: dict[str, Any]
     def loop(name: str) -> tuple[Any, set[str]]:  # no loop over the entries of a scalar
         return (_V(name), {name}) if t.vw > 1 else (0, set())
 
-    def run(name: str, f: Any, v: Any) -> Any:
-        return subscript(name, f, v) if t.vw > 1 else subscript(name, f)
+    kept = f"c{sd.tag}{suffix}"  # the loop over the kept tiles
+    lead, within = sd.lead(kept), within | ({kept} if sd.kept else set())
+
+    def run(name: str, f: Any, v: Any, kept: bool = True) -> Any:
+        return subscript(name, *(lead if kept else ()), f, *((v,) if t.vw > 1 else ()))
 
     f = _V(f"i{sd.tag}{suffix}")
     v, vl = loop(f"v{sd.tag}{suffix}")
     gm, gk, _, _, preds = _entry(t, sd, ktile, buf, f, v)
     idx = {**components(e, sd.group, prim.Min((gm, sd.length - 1)) if edge_m else gm),
            **components(e, r.k, prim.Min((gk, lens["K"] - 1)) if edge_k or ahead else gk),
-           **{i: _V(i) for i in (*r.rest, *r.red)}}
+           **{i: _V(i) for i in (*r.rest, *r.red)},
+           **({r.carried[0]: _V(kept)} if sd.kept else {})}
     value = _summed(e, r, sd.col, idx)
     out = [lp.Assignment(run(f"r{sd.tag}", f, v), value,
                          id=f"{name}_ld", within_inames=within | {f.name} | vl,
                          predicates=preds, depends_on=deps)]
-    inside = [*([prim.Comparison(run(f"ok{sd.tag}", f, v), "!=", 0)] if edge_m else []),
+    inside = [*([prim.Comparison(run(f"ok{sd.tag}", f, v, False), "!=", 0)] if edge_m else []),
               *([prim.Comparison(ktile * t.kt, "<", subscript(f"kl{sd.tag}", f))]
                 if edge_k else [])]
     if inside:  # zero what lies outside, in the registers (the stores stay whole vectors)
@@ -171,7 +183,10 @@ def _copy(e: BatchedEinsum, r: Roles, t: Tiling, sd: _Side, lens: dict[str, Any]
                                                           else ())})))
     f = _V(f"s{sd.tag}{suffix}")
     v, vl = loop(f"w{sd.tag}{suffix}")
-    _, _, dest, _, preds = _entry(t, sd, ktile, buf, f, v)
+    kept = f"d{sd.tag}{suffix}"  # the stores' own loop over the kept tiles
+    lead, within = sd.lead(kept), within - {f"c{sd.tag}{suffix}"} | (
+        {kept} if sd.kept else set())
+    _, _, dest, _, preds = _entry(t, sd, ktile, buf, f, v, lead)
     out.append(lp.Assignment(dest, run(f"r{sd.tag}", f, v), id=name,
                              within_inames=within | {f.name} | vl, predicates=preds,
                              depends_on=frozenset({out[-1].id})))
@@ -204,7 +219,9 @@ def gemm_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, r: Roles, t: Tilin
     dt = e.value_dtype(0)
     lens = {g: group_length(e, grp) for g, grp in (("X", r.x), ("Y", r.y), ("K", r.k))}
     sides = (_Side(r.a, r.y, lens["Y"], t.bm, _V("gy"), "tile_a", transposes(e, r, r.a), "a"),
-             _Side(r.b, r.x, lens["X"], t.bn, _V("gx"), "tile_b", transposes(e, r, r.b), "b"))
+             _Side(r.b, r.x, lens["X"], t.bn, _V("gx"), "tile_b", transposes(e, r, r.b), "b",
+                   bool(r.carried)))
+    kept = (tiles_kept(e, r),) if r.carried else ()  # a register tile per carried value
     nbuf = 2 if t.double_buffer else 1
     s = _V("gs") if t.split > 1 else 0
     ktile = _V("q") * t.split + s  # the K tile of this round (slice s: s, s + split...)
@@ -212,7 +229,7 @@ def gemm_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, r: Roles, t: Tilin
     outside = groups | set(r.red)  # the loops every copy sits in
     body = outside | {"q"}
     private, local = lp.AddressSpace.PRIVATE, lp.AddressSpace.LOCAL
-    temps: list[Any] = [lp.TemporaryVariable("acc", dt, shape=(t.py, t.px),
+    temps: list[Any] = [lp.TemporaryVariable("acc", dt, shape=(*kept, t.py, t.px),
                                              address_space=private)]
     vec = (t.vw,) if t.vw > 1 else ()  # the local tiles' and fragments' vectors
     tags = ["c"] * 3 + ["vec"] * len(vec)
@@ -220,16 +237,19 @@ def gemm_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, r: Roles, t: Tilin
     part: Any = ",".join(tags[2:])
     for sd, n in zip(sides, (t.py, t.px), strict=True):
         row = (sd.block + t.pad(sd.transposed)) // t.vw
-        temps += [lp.TemporaryVariable(f"f{sd.tag}", dt, shape=(n // t.vw, *vec),
-                                       dim_tags=part,
+        lead, lead_tag = (kept, "c,") if sd.kept else ((), "")
+        temps += [lp.TemporaryVariable(f"f{sd.tag}", dt, shape=(*lead, n // t.vw, *vec),
+                                       dim_tags=lead_tag + part,
                                        address_space=private),
-                  lp.TemporaryVariable(sd.tile, dt, shape=(nbuf, t.kt, row, *vec),
-                                       dim_tags=full, address_space=local),
+                  lp.TemporaryVariable(sd.tile, dt, shape=(*lead, nbuf, t.kt, row, *vec),
+                                       dim_tags=lead_tag + full, address_space=local),
                   lp.TemporaryVariable(f"r{sd.tag}", dt,
-                                       shape=(copy_rounds(t, sd.block), *vec),
-                                       dim_tags=part, address_space=private)]
-    insns: list[Any] = [lp.Assignment(subscript("acc", _V("ipy"), _V("ipx")), dt.type(0),
-                                      id="init", within_inames=groups | {"ipx", "ipy"})]
+                                       shape=(*lead, copy_rounds(t, sd.block), *vec),
+                                       dim_tags=lead_tag + part, address_space=private)]
+    carried = {"irc"} if r.carried else set()
+    insns: list[Any] = [lp.Assignment(
+        subscript("acc", *sides[1].lead("irc"), _V("ipy"), _V("ipx")), dt.type(0),
+        id="init", within_inames=groups | {"ipx", "ipy"} | carried)]
     for sd in sides:
         more, tmp = _masks(t, sd, lens, groups)
         insns += more
@@ -254,20 +274,24 @@ def gemm_kernel(t_unit: lp.TranslationUnit, e: BatchedEinsum, r: Roles, t: Tilin
     for sd, lanes, lid, p in ((sides[0], t.ly, "ly", "fra"), (sides[1], t.lx, "lx", "frb")):
         run = _V(p) * lanes + _V(lid)  # run p of the work-item's vectors of the tile row
         lane = (_V(f"{p}v"),) if t.vw > 1 else ()
+        lead = sd.lead("cf")
         insns.append(lp.Assignment(
-            subscript(f"f{sd.tag}", _V(p), *lane), subscript(sd.tile, cur, ku, run, *lane),
-            id=f"frag_{sd.tag}", within_inames=body | {"ku", p, *(f"{p}v" for _ in lane)},
+            subscript(f"f{sd.tag}", *lead, _V(p), *lane),
+            subscript(sd.tile, *lead, cur, ku, run, *lane), id=f"frag_{sd.tag}",
+            within_inames=body | {"ku", p, *(f"{p}v" for _ in lane)}
+            | ({"cf"} if sd.kept else set()),
             depends_on=fetched,
             no_sync_with=frozenset({(f"cp_{sd.tag}", "any")} if t.double_buffer else ())))
 
-    def frag(name: str, p: Any) -> Any:
-        return subscript(name, p // t.vw, p % t.vw) if t.vw > 1 else subscript(name, p)
+    def frag(name: str, p: Any, lead: tuple[Any, ...] = ()) -> Any:
+        return subscript(name, *lead, *((p // t.vw, p % t.vw) if t.vw > 1 else (p,)))
 
-    pair = (frag("fa", _V("py")), frag("fb", _V("px")))
-    cell = subscript("acc", _V("py"), _V("px"))
+    lead = sides[1].lead("cm")
+    pair = (frag("fa", _V("py")), frag("fb", _V("px"), lead))
+    cell = subscript("acc", *lead, _V("py"), _V("px"))
     insns.append(lp.Assignment(
         cell, cell + prim.Product(pair if r.a == 0 else pair[::-1]), id="fma",
-        within_inames=body | {"ku", "py", "px"},
+        within_inames=body | {"ku", "py", "px"} | ({"cm"} if r.carried else set()),
         depends_on=frozenset({"init", "frag_a", "frag_b"})))
     if t.double_buffer:  # the next tile's stores after this tile's reads, then one barrier
         insns = [i.copy(depends_on=i.depends_on | {"fma"}, no_sync_with=frozenset(
@@ -312,6 +336,10 @@ def _finish(knl: lp.LoopKernel, e: BatchedEinsum, r: Roles, t: Tiling, insns: li
     for sfx in ("", "0") if t.double_buffer else ("",):
         ranges.update({f"{c}a{sfx}": na for c in "is"} | {f"{c}b{sfx}": nb for c in "is"}
                       | {f"{c}{o}{sfx}": t.vw for c in "vw" for o in "ab" if t.vw > 1})
+    if r.carried:  # the loops over the kept tiles, and the stores' over the spread
+        ranges.update(dict.fromkeys(("irc", "cf", "cm", "cb", "cb0", "db", "db0"),
+                                    tiles_kept(e, r)))
+        ranges.update({spread_iname(i): int(e.lengths[i]) for i in r.spread})
     if t.split > 1:
         ranges["gs"] = t.split
     cons = [f"0 <= gx and {t.bn}*gx < {X}", f"0 <= gy and {t.bm}*gy < {Y}",
@@ -360,8 +388,8 @@ def _finish(knl: lp.LoopKernel, e: BatchedEinsum, r: Roles, t: Tiling, insns: li
 
 
 def local_entries(e: BatchedEinsum, r: Roles, t: Tiling) -> int:
-    """Entries of *t*'s local tiles for *e* (both buffers)."""
-    return t.local_entries(transposes(e, r, r.a), transposes(e, r, r.b))
+    """Entries of *t*'s local tiles for *e* (both buffers, every kept ``B`` tile)."""
+    return t.local_entries(transposes(e, r, r.a), transposes(e, r, r.b), tiles_kept(e, r))
 
 
 def register_budget(device: Any) -> int:
@@ -372,11 +400,12 @@ def register_budget(device: Any) -> int:
     return int(regs) - RESERVED_REGISTERS
 
 
-def value_registers(e: BatchedEinsum, t: Tiling) -> int:
+def value_registers(e: BatchedEinsum, t: Tiling, r: Roles | None = None) -> int:
     """32-bit registers a work-item's values take: accumulators, fragments and the
-    entries it copies."""
-    copied = (copy_rounds(t, t.bm) + copy_rounds(t, t.bn)) * t.vw
-    n = t.px * t.py + t.px + t.py + copied
+    entries it copies (those of ``B`` once per kept tile of roles *r*)."""
+    kept = tiles_kept(e, r) if r is not None else 1
+    copied = (copy_rounds(t, t.bm) + kept * copy_rounds(t, t.bn)) * t.vw
+    n = kept * (t.px * t.py + t.px) + t.py + copied
     return n * dtype_size(e) // 4
 
 # vim: foldmethod=marker

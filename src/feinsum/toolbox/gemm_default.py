@@ -44,23 +44,43 @@ def default_tiling(e: BatchedEinsum, r: Roles, device: Any,
     Each with ``kt`` 16 (8, 4... where local memory is short), double-buffered, and
     split-K over a fixed reduction when the output has fewer blocks than twice the compute
     units, in slices of at least :data:`SLICE_DEPTH` (one row: the rows of a batch fill
-    the device in sequence). *lengths*: values of symbolic
+    the device in sequence). Where an operand combines the sums (DG's gradient: a register
+    tile for each carried value), the 4 x 4 tiling instead, with 4, 8 or 16 work-items
+    along ``X`` (the least waste of a short ``X``) and one buffer (the kept tiles' copies
+    already take the registers a second would). *lengths*: values of symbolic
     lengths where known (the others are taken as :data:`SYMBOLIC_GUESS`)."""
     known = dict(lengths or {})
     most = min(DEFAULT_THREADS, device.max_work_group_size)
     lx = min(16, most, device.max_work_item_sizes[0])
     ly = max(1, min(most // lx, device.max_work_item_sizes[1]))
-    px = py = 4
-    t = Tiling(lx, ly, px, py, 16, 4, 1, True)
-    while value_registers(e, t) > register_budget(device) and t.px * t.py > 1:
-        px, py = (px // 2, py) if px >= py else (px, py // 2)
-        t = Tiling(lx, ly, px, py, 16, min(4, px, py), 1, True)
+    if r.carried:
+        narrow = [_held(e, r, Tiling(n, max(1, min(most // n, device.max_work_item_sizes[1])),
+                                     4, 4, 16, 4, 1, False), device)
+                  for n in (4, 8, 16) if n <= lx]
+        return min((_fitted(e, r, c, device, known) for c in narrow),
+                   key=lambda c: tiling_cost(e, r, c, device, known))
+    t = _held(e, r, Tiling(lx, ly, 4, 4, 16, 4, 1, True), device)
     candidates = [_fitted(e, r, t, device, known)]
     big = Tiling(16, 8, 8, 8, 16, 4, 1, True)
     if (lx == 16 and most >= big.threads and device.max_work_item_sizes[1] >= big.ly
-            and value_registers(e, big) <= register_budget(device)):
+            and value_registers(e, big, r) <= register_budget(device)):
         candidates.append(_fitted(e, r, big, device, known))
     return min(candidates, key=lambda c: tiling_cost(e, r, c, device, known))
+
+
+def _held(e: BatchedEinsum, r: Roles, t: Tiling, device: Any) -> Tiling:
+    """*t* with its register tile halved (the longer side first), then its ``K`` tile,
+    until the registers hold it."""
+    px, py, kt = t.px, t.py, t.kt
+    while value_registers(e, t, r) > register_budget(device):
+        if px * py > 1:
+            px, py = (px // 2, py) if px >= py else (px, py // 2)
+        elif kt > K_TILES[0]:
+            kt //= 2
+        else:
+            break
+        t = Tiling(t.lx, t.ly, px, py, kt, min(t.vw, px, py), 1, t.double_buffer)
+    return t
 
 
 def _fitted(e: BatchedEinsum, r: Roles, t: Tiling, device: Any,
@@ -69,15 +89,15 @@ def _fitted(e: BatchedEinsum, r: Roles, t: Tiling, device: Any,
     split-K."""
     size = dtype_size(e)
     while local_entries(e, r, t) * size > device.local_mem_size and t.kt > K_TILES[0]:
-        t = Tiling(t.lx, t.ly, t.px, t.py, t.kt // 2, t.vw, 1, True)
+        t = Tiling(t.lx, t.ly, t.px, t.py, t.kt // 2, t.vw, 1, t.double_buffer)
     k = group_length(e, r.k)
-    if r.rest or not isinstance(k, int) or e.nrows > 1:
+    if r.rest or not isinstance(k, int) or e.nrows > 1 or r.carried:
         return t
     want = -(-2 * device.compute_units // _blocks(e, r, t, lengths))
     split = 1
     while split < want and 2 * split <= min(k // SLICE_DEPTH, SPLITS[-1]):
         split *= 2
-    return Tiling(t.lx, t.ly, t.px, t.py, t.kt, t.vw, split, True)
+    return Tiling(t.lx, t.ly, t.px, t.py, t.kt, t.vw, split, t.double_buffer)
 
 
 def _blocks(e: BatchedEinsum, r: Roles, t: Tiling, lengths: Mapping[str, int]) -> int:

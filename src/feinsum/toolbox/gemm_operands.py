@@ -10,7 +10,12 @@ copied to the local tile. The face mass of DG, ``ifj,fe,fej->ei``
 face Jacobians ``J`` and the lifting operator ``L``. A factor may also have reduction
 indices its operand lacks (its output indices are that operand's): DG's divergence
 ``xre,rij,xej->ei`` is ``sum_r`` of GEMMs of ``sum_x J[x, r, e] u[x, e, j]`` and
-``D[r, i, j]`` (:attr:`feinsum.toolbox.gemm_view.Roles.a_sums`). Operands without
+``D[r, i, j]`` (:attr:`feinsum.toolbox.gemm_view.Roles.a_sums`). An operand whose
+reduction indices are ``B``'s only and whose output indices are ``A``'s or its own (in no
+other operand) *combines* the sums as they are stored: DG's gradient ``xre,rij,ej->xei``
+keeps ``T[r] = sum_j D[r, i, j] u[e, j]`` for every ``r`` in registers and stores
+``out[x, e, i] = sum_r J[x, r, e] T[r]`` for every ``x``
+(:attr:`feinsum.toolbox.gemm_view.Roles.carried`). Operands without
 an index (pytato's ``2 * (A @ B)``) are scalars that multiply each sum as it is stored.
 """
 
@@ -32,6 +37,8 @@ class OperandColumns:
     a_factors: tuple[int, ...] = ()
     b_factors: tuple[int, ...] = ()
     scales: tuple[int, ...] = ()
+    #: an operand that combines the sums as they are stored (see the module docstring)
+    combine: tuple[int, ...] = ()
 
 
 def operand_columns(e: BatchedEinsum) -> OperandColumns | str:
@@ -61,14 +68,27 @@ def operand_columns(e: BatchedEinsum) -> OperandColumns | str:
     of_a = [c for c in others if set(e.in_indices[c]) <= set(e.in_indices[a])]
     of_b = [c for c in others if c not in of_a
             and set(e.in_indices[c]) <= set(e.in_indices[b])]
+    combine: list[int] = []
     for c in others:  # a factor that also has reduction indices the other operand loops
         if c in of_a or c in of_b:
             continue
         free = set(e.in_indices[c]) - set(e.reduction_indices)
         side = of_a if free <= set(e.in_indices[a]) else of_b if free <= set(
-            e.in_indices[b]) else None
+            e.in_indices[b]) else combine if _combines(e, c, a, b, tensors) else None
         if side is None:
             return ("needs two operands and factors of them: an operand beyond two has "
                     "output indices of both")
         side.append(c)
-    return OperandColumns(a, b, tuple(of_a), tuple(of_b), scales)
+    if len(combine) > 1:
+        return "two operands combine the sums as they are stored: one at most"
+    return OperandColumns(a, b, tuple(of_a), tuple(of_b), scales, tuple(combine))
+
+
+def _combines(e: BatchedEinsum, c: int, a: int, b: int, tensors: list[int]) -> bool:
+    """Whether operand *c* combines the sums as they are stored: its reduction indices are
+    ``B``'s only, its output indices ``A``'s or its own (in no other operand)."""
+    own = {i for i in e.out_indices if all(i not in e.in_indices[d] for d in tensors
+                                           if d != c)}
+    red = set(e.in_indices[c]) & set(e.reduction_indices)
+    return bool(own) and bool(red) and red <= set(e.in_indices[b]) - set(
+        e.in_indices[a]) and set(e.in_indices[c]) - red - own <= set(e.in_indices[a])

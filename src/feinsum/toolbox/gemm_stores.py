@@ -1,5 +1,7 @@
 """A GEMM kernel's stores (a step of :mod:`feinsum.toolbox.gemm`): the register tile's sums
-to the output, or to the split-K slices and their sums to the output."""
+to the output, or to the split-K slices and their sums to the output; where an operand
+combines the sums (:attr:`feinsum.toolbox.gemm_view.Roles.carried`: DG's gradient),
+``out[x, e, i] = sum_r J[x, r, e] acc[r]`` for every ``x``."""
 
 from __future__ import annotations
 
@@ -29,10 +31,11 @@ def stores(e: BatchedEinsum, r: Roles, t: Tiling, lens: dict[str, Any]) -> list[
     within = frozenset({"gx", "gy", "lx", "ly", *r.rest, "spx", "spy"})
     if t.split == 1:
         idx = {**components(e, r.y, gm), **components(e, r.x, gn),
-               **{i: _V(i) for i in r.rest}}
+               **{i: _V(i) for i in r.rest}, **{i: _V(spread_iname(i)) for i in r.spread}}
+        value = _combined(e, r, idx, spy, spx) if r.carried else cell
         return [lp.Assignment(subscript("out0", *(idx[i] for i in e.out_indices)),
-                              _scaled(cell, r),
-                              id="store", predicates=inside, within_inames=within,
+                              _scaled(value, r), id="store", predicates=inside,
+                              within_inames=within | {spread_iname(i) for i in r.spread},
                               depends_on=frozenset({"fma"}))]
     sm, sn = _V("sm"), _V("sn")
     idx = {**components(e, r.y, sm), **components(e, r.x, sn)}
@@ -51,3 +54,18 @@ def stores(e: BatchedEinsum, r: Roles, t: Tiling, lens: dict[str, Any]) -> list[
 def _scaled(value: Any, r: Roles) -> Any:
     """*value* times the scalar operands (:attr:`Roles.scales`)."""
     return prim.Product((value, *(_V(f"op{c}_r0") for c in r.scales))) if r.scales else value
+
+
+def spread_iname(index: str) -> str:
+    """The stores' loop over the spread output index *index* (:attr:`Roles.spread`)."""
+    return f"sp_{index}"
+
+
+def _combined(e: BatchedEinsum, r: Roles, idx: dict[str, Any], spy: Any, spx: Any) -> Any:
+    """``sum_r J[..., r, ...] acc[r, spy, spx]`` over the carried index (unrolled), the
+    combining operand at *idx*."""
+    (carried,), c = r.carried, int(r.combine or 0)
+    return prim.Sum(tuple(
+        prim.Product((_V(f"op{c}_r0")(*({**idx, carried: k}[i] for i in e.in_indices[c])),
+                      subscript("acc", k, spy, spx)))
+        for k in range(int(e.lengths[carried]))))

@@ -33,6 +33,8 @@ REGISTER_TILES, K_TILES, VECTOR_WIDTHS, SPLITS = (1, 2, 4, 8), (2, 4, 8, 16, 32)
     1, 2, 4, 8, 16)
 #: Terms a copied entry sums at most (:attr:`Roles.a_sums`; beyond: loops around ``K``).
 MAX_SUMMED = 8
+#: Register tiles a work-item keeps at most, one per value of :attr:`Roles.carried`.
+MAX_CARRIED = 4
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,12 @@ class Roles:
     #: ``sum_x J[x, r, e] u[x, e, j]``
     a_sums: tuple[str, ...] = ()
     b_sums: tuple[str, ...] = ()
+    #: the operand that combines the sums as they are stored (DG's gradient's
+    #: ``J[x, r, e]``), the reduction index of ``B`` its sums are kept apart by (``r``:
+    #: one accumulator tile each), and its own output indices (``x``: one store each)
+    combine: int | None = None
+    carried: tuple[str, ...] = ()
+    spread: tuple[str, ...] = ()
 
 
 def memory_orders(e: BatchedEinsum, c: int) -> list[list[str]]:
@@ -125,18 +133,52 @@ def roles(e: BatchedEinsum) -> Roles | str:
     k = str(main_reduction(e))
     ks = _grow(e, k, [*memory_orders(e, a), *memory_orders(e, b)], set(e.reduction_indices))
     rest = tuple(i for i in out if i not in (*xs, *ys))
+    combine = ops.combine[0] if ops.combine else None
+    carried = tuple(i for i in e.reduction_indices
+                    if combine is not None and i in e.in_indices[combine])
+    spread = tuple(i for i in e.out_indices
+                   if combine is not None and i in e.in_indices[combine] and i in rest)
+    if combine is not None:
+        why = _combined(e, carried, spread, ks)
+        if why:
+            return why
+        rest = tuple(i for i in rest if i not in spread)
     if e.nrows > 1 and len(rest) > 1:
         return ("several rows (a batched einsum) and batch indices that loop in the "
                 "kernel: use contraction")
     sides = [{i for c in (side, *factors) for i in e.in_indices[c]}
              for side, factors in ((a, ops.a_factors), (b, ops.b_factors))]
-    sums = [tuple(i for i in e.reduction_indices if i not in ks and i in sides[n]
-                  and i not in sides[1 - n] and _fixed(e, i)) for n in (0, 1)]
+    sums = [tuple(i for i in e.reduction_indices if i not in (*ks, *carried)
+                  and i in sides[n] and i not in sides[1 - n] and _fixed(e, i))
+            for n in (0, 1)]
     if math.prod(int(e.lengths[i]) for i in (*sums[0], *sums[1])) > MAX_SUMMED:
         sums = [(), ()]
     return Roles(a, b, xs, ys, ks, rest,
-                 tuple(i for i in e.reduction_indices if i not in (*ks, *sums[0], *sums[1])),
-                 ops.scales, ops.a_factors, ops.b_factors, *sums)
+                 tuple(i for i in e.reduction_indices
+                       if i not in (*ks, *sums[0], *sums[1], *carried)),
+                 ops.scales, ops.a_factors, ops.b_factors, sums[0], sums[1], combine,
+                 carried, spread)
+
+
+def _combined(e: BatchedEinsum, carried: tuple[str, ...], spread: tuple[str, ...],
+              ks: tuple[str, ...]) -> str | None:
+    """Why the sums cannot be combined as they are stored over *carried* into *spread*
+    (:attr:`Roles.carried`), or ``None``."""
+    if len(carried) != 1 or carried[0] in ks or not _fixed(e, carried[0]):
+        return ("an operand combines the sums over reduction indices of B's "
+                f"({', '.join(carried)}): one of fixed length outside K at most")
+    if not all(_fixed(e, i) for i in spread):
+        return f"an operand combines the sums into {', '.join(spread)}: fixed lengths only"
+    if int(e.lengths[carried[0]]) > MAX_CARRIED:
+        return (f"an operand combines the sums over {carried[0]} of length "
+                f"{e.lengths[carried[0]]}: at most {MAX_CARRIED} register tiles")
+    return None
+
+
+def tiles_kept(e: BatchedEinsum, r: Roles) -> int:
+    """The register tiles (and ``B`` tiles) a work-item keeps: one for each value of
+    :attr:`Roles.carried`."""
+    return math.prod(int(e.lengths[i]) for i in r.carried)
 
 
 def group_length(e: BatchedEinsum, group: Sequence[str]) -> Any:
@@ -189,10 +231,11 @@ class Tiling:
         (at least ``vw``, keeping rows aligned to vectors) puts them in distinct banks."""
         return max(self.vw, BANKS // self.kt) if transposed else 0
 
-    def local_entries(self, transposed_a: bool, transposed_b: bool) -> int:
-        """Entries of the local tiles (both buffers)."""
+    def local_entries(self, transposed_a: bool, transposed_b: bool, b_tiles: int = 1) -> int:
+        """Entries of the local tiles (both buffers; *b_tiles* tiles of ``B``)."""
         rows = self.kt * (2 if self.double_buffer else 1)
-        return rows * (self.bm + self.pad(transposed_a) + self.bn + self.pad(transposed_b))
+        return rows * (self.bm + self.pad(transposed_a)
+                       + b_tiles * (self.bn + self.pad(transposed_b)))
 
 
 def transposes(e: BatchedEinsum, r: Roles, column: int) -> bool:
