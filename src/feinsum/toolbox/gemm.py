@@ -155,8 +155,8 @@ def _copy(e: BatchedEinsum, r: Roles, t: Tiling, sd: _Side, lens: dict[str, Any]
     kept = f"c{sd.tag}{suffix}"  # the loop over the kept tiles
     lead, within = sd.lead(kept), within | ({kept} if sd.kept else set())
 
-    def run(name: str, f: Any, v: Any, kept: bool = True) -> Any:
-        return subscript(name, *(lead if kept else ()), f, *((v,) if t.vw > 1 else ()))
+    def run(name: str, f: Any, v: Any, per_tile: bool = True) -> Any:
+        return subscript(name, *(lead if per_tile else ()), f, *((v,) if t.vw > 1 else ()))
 
     f = _V(f"i{sd.tag}{suffix}")
     v, vl = loop(f"v{sd.tag}{suffix}")
