@@ -4,11 +4,14 @@
 #
 #   first     bench_gpu.py --budget 8, every reference workload at the reference lengths
 #   gpulen    bench_gpu.py --budget 4 --lengths gpu on the DG family (E = 1e6), GPU peers only
-#   programs  the DG programs through arraycontext + pytato, whole against their einsums
+#   programs  gpu_overlap.py (the same DG configurations at E = 5e4, 2e5 and 1e6: the
+#             model's DRAM/compute overlap; PLAN_OVERLAP_SECONDS, default 45), then the DG
+#             programs through arraycontext + pytato, whole against their einsums
 #
-# PLAN_SECONDS (default 560: the device tool gives a command 600) is shared 55/23/22 between
+# PLAN_SECONDS (default 560: the device tool gives a command 600) is shared 50/23/27 between
 # them; PLAN_BENCH_ARGS replaces the bench stages' workload arguments (e.g. "--quick --only
-# local", for a smoke test on the CPU). Run from the checkout's root with the wheels of
+# local", for a smoke test on the CPU), PLAN_OVERLAP_ARGS gpu_overlap.py's (e.g.
+# "--elements 300 2000 --only local"). Run from the checkout's root with the wheels of
 # benchmarks/gpu_carry.sh in .gpu/ (carry [".gpu"]):
 #
 #   bash benchmarks/gpu_plan.sh
@@ -16,7 +19,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export GPU_PACK=1 PYTHONUNBUFFERED=1
 TOTAL=${PLAN_SECONDS:-560}
-FIRST=$((TOTAL * 55 / 100))
+FIRST=$((TOTAL * 50 / 100))
 GPULEN=$((TOTAL * 23 / 100))
 PROGRAMS=$((TOTAL - FIRST - GPULEN))
 read -r -a EXTRA <<< "${PLAN_BENCH_ARGS:-}"
@@ -33,6 +36,8 @@ else
 fi
 SESSION_SECONDS=$GPULEN GPU_STAGES=bench bash benchmarks/gpu_session.sh gpulen --budget 4 \
     --gpu-peers-only --time-budget $((GPULEN - 30)) "${GPULEN_ARGS[@]}"
-SESSION_SECONDS=$PROGRAMS GPU_STAGES=programs WHOLE_TIMEOUT=$((PROGRAMS - 10)) \
+OVERLAP=${PLAN_OVERLAP_SECONDS:-45}
+SESSION_SECONDS=$PROGRAMS GPU_STAGES="overlap programs" OVERLAP_TIMEOUT=$OVERLAP \
+    OVERLAP_ARGS=${PLAN_OVERLAP_ARGS:-} WHOLE_TIMEOUT=$((PROGRAMS - OVERLAP - 10)) \
     bash benchmarks/gpu_session.sh programs
 exit "$rc"

@@ -9,11 +9,14 @@
 # runs benchmarks/bench_gpu.py (default --budget 8) into $OUT/LABEL/ (OUT: the device tool's
 # result folder, else ./gpu-out): rows.jsonl and table.md as each workload completes, the
 # database, its records as JSON lines (LABEL/records.jsonl, for db/) and the whole log;
+# then benchmarks/gpu_overlap.py, the same DG configurations at several element counts
+# (LABEL/overlap.jsonl; OVERLAP_TIMEOUT seconds, default 60; OVERLAP_ARGS its arguments);
 # then the DG programs through arraycontext + pytato, whole against their einsums alone
 # (benchmarks/bench_arraycontext.py --whole-only: LABEL/arraycontext.txt; WHOLE_E elements,
 # default 20000; WHOLE_TIMEOUT seconds, default 150); then benchmarks/bench_lazy_index.py
 # (LABEL/lazy_index.jsonl; LAZY_N points, default 1e5, 0 skips it; LAZY_TIMEOUT seconds,
-# default 120). GPU_STAGES picks the stages, in this order (default "bench programs lazy");
+# default 120). GPU_STAGES picks the stages, in this order (default
+# "bench overlap programs lazy");
 # SESSION_SECONDS (default 570: the device tool gives a command 600) bounds the whole
 # script: a stage runs only while 30 s remain, and never past the bound. A session of
 # two calls: `bash benchmarks/gpu_session.sh first --budget 8`, then
@@ -33,7 +36,7 @@ esac
 PY=${PYTHON:-python3}
 START=$SECONDS
 LIMIT=${SESSION_SECONDS:-570}
-STAGES=" ${GPU_STAGES:-bench programs lazy} "
+STAGES=" ${GPU_STAGES:-bench overlap programs lazy} "
 # seconds a stage may take: at most $1, and what is left of the session but 10 s
 allowed() { local left=$((LIMIT - (SECONDS - START) - 10)); echo $(( $1 < left ? $1 : left )); }
 OUT_DIR=${OUT:-$PWD/gpu-out}
@@ -111,6 +114,12 @@ stage() {
     [ "${PIPESTATUS[0]}" = 0 ] || say "$name did not finish (the log says why)"
     pack
 }
+# the same DG configurations at several element counts: the model's DRAM/compute overlap
+if [[ $STAGES == *" overlap "* ]]; then
+    read -r -a OVERLAP_EXTRA <<< "${OVERLAP_ARGS:-}"
+    stage gpu_overlap.py "${OVERLAP_TIMEOUT:-60}" "$DEST/overlap.txt" \
+        "$PY" benchmarks/gpu_overlap.py --out "$DEST/overlap.jsonl" "${OVERLAP_EXTRA[@]}"
+fi
 # whole DG programs through arraycontext + pytato against their einsums alone
 if [[ $STAGES == *" programs "* ]]; then
     stage bench_arraycontext.py "${WHOLE_TIMEOUT:-150}" "$DEST/arraycontext.txt" \

@@ -371,7 +371,8 @@ def test_gpu_plan_packs_each_label(tmp_path: Path) -> None:
     env = {**os.environ, "FEINSUM_DB": str(tmp_path / "feinsum.sqlite"),
            "FEINSUM_CACHE_DIR": str(tmp_path / "cache"), "PYTHON": sys.executable,
            "OUT": str(tmp_path / "out"), "GPU_WORK": str(tmp_path / "work"),
-           "PLAN_SECONDS": "150", "PLAN_BENCH_ARGS": "--quick --budget 1 --no-peers --only local"}
+           "PLAN_SECONDS": "170", "PLAN_BENCH_ARGS": "--quick --budget 1 --no-peers --only local",
+           "PLAN_OVERLAP_ARGS": "--elements 300 2000 --only local --repeat 2"}
     proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_plan.sh")],
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -383,3 +384,31 @@ def test_gpu_plan_packs_each_label(tmp_path: Path) -> None:
             table = tar.extractfile("./table.md")
             assert table is not None and "local" in table.read().decode()
             assert "./records.jsonl" in tar.getnames()
+    with tarfile.open(out / "programs.tar.gz") as tar:
+        rows = tar.extractfile("./overlap.jsonl")
+        assert rows is not None
+        assert [json.loads(x)["elements"] for x in rows.read().decode().splitlines()] == [
+            300, 2000]
+
+
+def test_gpu_overlap_measures_each_configuration_at_each_length(tmp_path: Path) -> None:
+    """gpu_overlap.py: dg_nodes' defaults (for the H200 model: the CPU matches none) for
+    the smallest and largest element count, each built once and run at every count, its
+    output checked, a row each with the model's parts; --analyse reads them back."""
+    script = str(ROOT / "benchmarks" / "gpu_overlap.py")
+    out = tmp_path / "overlap.jsonl"
+    proc = subprocess.run([sys.executable, script, "--elements", "300", "900", "--only",
+                           "divergence", "--repeat", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    configs = {json.dumps(r["params"], sort_keys=True) for r in rows}
+    assert sorted(r["elements"] for r in rows) == sorted([300, 900] * len(configs))
+    assert all(r["wrong"] is None and r["measured"] > 0 and r["model"] == "h200"
+               and r["compute"] > 0 and r["dram"] > 0 and r["launch"] > 0 for r in rows)
+    analysed = subprocess.run([sys.executable, script, "--analyse", str(out)],
+                              capture_output=True, text=True, timeout=120)
+    assert analysed.returncode == 0 and "median overlap, divergence" in analysed.stdout
+    bad = subprocess.run([sys.executable, script, "--elements", "0"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode != 0 and "positive whole numbers" in bad.stderr
