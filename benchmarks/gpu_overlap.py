@@ -13,12 +13,13 @@ script measures the same configurations at several element counts: for each DG w
 else ``--model``), each at every element count. The code is generated for the model, built
 once per configuration and timed with OpenCL profiling events (best of ``--repeat`` after a
 warm-up; every count's output checked against numpy once). Each row is written to ``--out``
-as it completes: workload, configuration, elements, measured seconds, and the model's parts
-(``compute``: the larger of the instruction stream and the warps' path with the L1 service;
-``dram``; ``launch``), summed over the device kernels.
+as it completes: workload, configuration, elements, measured seconds and the device's
+limits (the model's parts are left to ``--analyse``: the lease's seconds are for the GPU).
 
-``--analyse`` reads such a file and prints, for each row, the share of the shorter of
-``compute`` and ``dram`` that the measurement hides
+``--analyse`` reads such a file, generates each row's code again for its device, and
+prints the model's parts (``compute``: the larger of the instruction stream and the warps'
+path with the L1 service; ``dram``; ``launch``; summed over the device kernels) and the
+share of the shorter of ``compute`` and ``dram`` that the measurement hides
 (``(compute + dram + launch - measured) / min(compute, dram)``; 0: the model's sum, 1: full
 overlap, outside 0-1: another part of the model is off), and its median per workload and
 over all rows. Nothing is fitted here: ``feinsum.prediction.hardware`` changes when a person
@@ -139,11 +140,17 @@ def measure(args: argparse.Namespace) -> int:
             inputs, want, rtol = device_inputs(spec, lens, queue)
             for params_json, t_unit in units.items():
                 t0 = time.time()
-                seconds, wrong = time_kernel(t_unit, inputs, want, rtol, queue, args.repeat)
+                try:
+                    seconds, wrong = time_kernel(t_unit, inputs, want, rtol, queue,
+                                                 args.repeat)
+                except Exception as exc:  # a build or launch failure: say it, stop
+                    print(f"# {name} at E = {n}: {type(exc).__name__}: {str(exc)[:500]}",
+                          file=sys.stderr)
+                    return 1
                 row = {"workload": name, "model": model, "device": dev.name, "elements": n,
                        "params": json.loads(params_json), "default_at": configs[params_json],
-                       "measured": seconds, **model_parts(t_unit, lens, model),
-                       "wrong": wrong, "wall": round(time.time() - t0, 2)}
+                       "measured": seconds, "wrong": wrong,
+                       "wall": round(time.time() - t0, 2), "info": info.as_dict()}
                 print(json.dumps(row), flush=True)
                 if out is not None:
                     out.write(json.dumps(row) + "\n")
@@ -154,6 +161,22 @@ def measure(args: argparse.Namespace) -> int:
     return 0
 
 
+def with_parts(row: dict[str, Any]) -> dict[str, Any]:
+    """*row* with the model's parts of its configuration's code, generated again for the
+    device it ran on."""
+    from feinsum.devices.info import DeviceInfo
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.recipes import get_recipe
+    from feinsum.tuning.workloads import workloads
+
+    w = workloads(families=("dg",), gpu=True)[row["workload"]]
+    spec = feinsum.canonicalize(w.spec)
+    t_unit = get_recipe("dg_nodes").apply(generate_loopy(spec), row["params"], spec,
+                                          DeviceInfo.from_dict(row["info"]))
+    lens = feinsum.canonical_lengths(w.spec.with_lengths({"E": row["elements"]}))
+    return {**row, **model_parts(t_unit, lens, row["model"])}
+
+
 def overlap(row: dict[str, Any]) -> float:
     """The share of the shorter of *row*'s compute and DRAM time its measurement hides."""
     shorter = min(row["compute"], row["dram"])
@@ -162,18 +185,27 @@ def overlap(row: dict[str, Any]) -> float:
 
 
 def analyse(path: Path) -> int:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    try:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rows = [with_parts(r) for r in rows]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"gpu_overlap.py: cannot analyse {path}: {type(exc).__name__}: {exc} (it takes "
+              "the JSON lines gpu_overlap.py --out wrote)", file=sys.stderr)
+        return 2
     if not rows:
         print(f"{path}: no rows", file=sys.stderr)
         return 1
-    print("workload      elements  measured ms  predicted ms  compute  dram  launch  overlap")
+    print("workload      elements  measured ms  predicted ms  compute ms  dram ms  launch ms"
+          "  overlap")
     by: dict[str, list[float]] = {}
     for r in rows:
         o = overlap(r)
         by.setdefault(r["workload"], []).append(o)
         print(f"{r['workload']:12s} {r['elements']:9d} {r['measured'] * 1e3:12.4f} "
-              f"{r['predicted'] * 1e3:13.4f} {r['compute'] * 1e3:8.4f} {r['dram'] * 1e3:5.4f}"
-              f" {r['launch'] * 1e3:7.4f} {o:8.2f}")
+              f"{r['predicted'] * 1e3:13.4f} {r['compute'] * 1e3:11.4f} "
+              f"{r['dram'] * 1e3:8.4f} {r['launch'] * 1e3:10.4f} {o:8.2f}")
     for name, values in by.items():
         print(f"median overlap, {name}: {statistics.median(values):.2f}")
     print(f"median overlap, all {len(rows)} rows: "

@@ -394,7 +394,7 @@ def test_gpu_plan_packs_each_label(tmp_path: Path) -> None:
 def test_gpu_overlap_measures_each_configuration_at_each_length(tmp_path: Path) -> None:
     """gpu_overlap.py: dg_nodes' defaults (for the H200 model: the CPU matches none) for
     the smallest and largest element count, each built once and run at every count, its
-    output checked, a row each with the model's parts; --analyse reads them back."""
+    output checked, a row each; --analyse adds the model's parts and the share hidden."""
     script = str(ROOT / "benchmarks" / "gpu_overlap.py")
     out = tmp_path / "overlap.jsonl"
     proc = subprocess.run([sys.executable, script, "--elements", "300", "900", "--only",
@@ -405,10 +405,17 @@ def test_gpu_overlap_measures_each_configuration_at_each_length(tmp_path: Path) 
     configs = {json.dumps(r["params"], sort_keys=True) for r in rows}
     assert sorted(r["elements"] for r in rows) == sorted([300, 900] * len(configs))
     assert all(r["wrong"] is None and r["measured"] > 0 and r["model"] == "h200"
-               and r["compute"] > 0 and r["dram"] > 0 and r["launch"] > 0 for r in rows)
+               and r["info"]["name"] == "NVIDIA H200" for r in rows), rows
     analysed = subprocess.run([sys.executable, script, "--analyse", str(out)],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=300)
     assert analysed.returncode == 0 and "median overlap, divergence" in analysed.stdout
+    assert len(analysed.stdout.splitlines()) == len(rows) + 3, analysed.stdout
     bad = subprocess.run([sys.executable, script, "--elements", "0"], capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode != 0 and "positive whole numbers" in bad.stderr
+    (tmp_path / "bad.jsonl").write_text('{"workload": "local"}\n')
+    for path in (tmp_path / "missing.jsonl", tmp_path / "bad.jsonl"):
+        bad = subprocess.run([sys.executable, script, "--analyse", str(path)],
+                             capture_output=True, text=True, timeout=120)
+        assert bad.returncode == 2 and "cannot analyse" in bad.stderr, bad.stderr
+        assert "Traceback" not in bad.stderr
