@@ -44,6 +44,7 @@ from feinsum.toolbox.gemm_view import (
     Tiling,
     components,
     group_length,
+    operand_entry,
     tiles_kept,
     transposes,
 )
@@ -201,8 +202,7 @@ def _summed(e: BatchedEinsum, r: Roles, col: int, idx: dict[str, Any]) -> Any:
     terms = []
     for values in itertools.product(*(range(int(e.lengths[i])) for i in sums)):
         at = {**idx, **dict(zip(sums, values, strict=True))}
-        loads = [_V(f"op{c}_r0")(*(at[i] for i in e.in_indices[c]))
-                 for c in (col, *(r.a_factors if a else r.b_factors))]
+        loads = [operand_entry(e, c, at) for c in (col, *(r.a_factors if a else r.b_factors))]
         terms.append(prim.Product(tuple(loads)) if len(loads) > 1 else loads[0])
     return prim.Sum(tuple(terms)) if len(terms) > 1 else terms[0]
 
@@ -333,12 +333,13 @@ def _finish(knl: lp.LoopKernel, e: BatchedEinsum, r: Roles, t: Tiling, insns: li
               **({"frav": t.vw, "frbv": t.vw} if t.vw > 1 else {}),
               **{i: e.lengths[i] for i in (*r.rest, *r.red)}}
     ranges.update({"ha": na, "hb": nb, **({"ua": t.vw, "ub": t.vw} if t.vw > 1 else {})})
+    kept = tiles_kept(e, r) if r.carried else 0  # the loops over the kept tiles
     for sfx in ("", "0") if t.double_buffer else ("",):
         ranges.update({f"{c}a{sfx}": na for c in "is"} | {f"{c}b{sfx}": nb for c in "is"}
-                      | {f"{c}{o}{sfx}": t.vw for c in "vw" for o in "ab" if t.vw > 1})
-    if r.carried:  # the loops over the kept tiles, and the stores' over the spread
-        ranges.update(dict.fromkeys(("irc", "cf", "cm", "cb", "cb0", "db", "db0"),
-                                    tiles_kept(e, r)))
+                      | {f"{c}{o}{sfx}": t.vw for c in "vw" for o in "ab" if t.vw > 1}
+                      | ({f"cb{sfx}": kept, f"db{sfx}": kept} if kept else {}))
+    if kept:  # the init's, fragments' and FMAs' loops, and the stores' over the spread
+        ranges.update(dict.fromkeys(("irc", "cf", "cm"), kept))
         ranges.update({spread_iname(i): int(e.lengths[i]) for i in r.spread})
     if t.split > 1:
         ranges["gs"] = t.split

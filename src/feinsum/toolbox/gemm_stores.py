@@ -12,7 +12,13 @@ import pymbolic.primitives as prim
 
 from feinsum.spec.model import BatchedEinsum
 from feinsum.toolbox.dense import subscript
-from feinsum.toolbox.gemm_view import Roles, Tiling, components, register_offset
+from feinsum.toolbox.gemm_view import (
+    Roles,
+    Tiling,
+    components,
+    operand_entry,
+    register_offset,
+)
 
 _V = prim.Variable
 
@@ -66,6 +72,5 @@ def _combined(e: BatchedEinsum, r: Roles, idx: dict[str, Any], spy: Any, spx: An
     combining operand at *idx*."""
     (carried,), c = r.carried, int(r.combine or 0)
     return prim.Sum(tuple(
-        prim.Product((_V(f"op{c}_r0")(*({**idx, carried: k}[i] for i in e.in_indices[c])),
-                      subscript("acc", k, spy, spx)))
+        prim.Product((operand_entry(e, c, {**idx, carried: k}), subscript("acc", k, spy, spx)))
         for k in range(int(e.lengths[carried]))))

@@ -134,12 +134,12 @@ def roles(e: BatchedEinsum) -> Roles | str:
     ks = _grow(e, k, [*memory_orders(e, a), *memory_orders(e, b)], set(e.reduction_indices))
     rest = tuple(i for i in out if i not in (*xs, *ys))
     combine = ops.combine[0] if ops.combine else None
-    carried = tuple(i for i in e.reduction_indices
-                    if combine is not None and i in e.in_indices[combine])
-    spread = tuple(i for i in e.out_indices
-                   if combine is not None and i in e.in_indices[combine] and i in rest)
+    carried: tuple[str, ...] = ()
+    spread: tuple[str, ...] = ()
     if combine is not None:
-        why = _combined(e, carried, spread, ks)
+        carried = tuple(i for i in e.reduction_indices if i in e.in_indices[combine])
+        spread = tuple(i for i in rest if i in e.in_indices[combine])
+        why = _combination_refused(e, carried, spread, ks)
         if why:
             return why
         rest = tuple(i for i in rest if i not in spread)
@@ -160,7 +160,8 @@ def roles(e: BatchedEinsum) -> Roles | str:
                  carried, spread)
 
 
-def _combined(e: BatchedEinsum, carried: tuple[str, ...], spread: tuple[str, ...],
+def _combination_refused(e: BatchedEinsum, carried: tuple[str, ...],
+                         spread: tuple[str, ...],
               ks: tuple[str, ...]) -> str | None:
     """Why the sums cannot be combined as they are stored over *carried* into *spread*
     (:attr:`Roles.carried`), or ``None``."""
@@ -173,6 +174,11 @@ def _combined(e: BatchedEinsum, carried: tuple[str, ...], spread: tuple[str, ...
         return (f"an operand combines the sums over {carried[0]} of length "
                 f"{e.lengths[carried[0]]}: at most {MAX_CARRIED} register tiles")
     return None
+
+
+def operand_entry(e: BatchedEinsum, c: int, at: dict[str, Any]) -> Any:
+    """Row 0's operand *c* (the rule ``op{c}_r0``) at the indices *at* gives."""
+    return prim.Variable(f"op{c}_r0")(*(at[i] for i in e.in_indices[c]))
 
 
 def tiles_kept(e: BatchedEinsum, r: Roles) -> int:
