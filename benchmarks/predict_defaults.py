@@ -13,10 +13,11 @@ configuration for the model is generated and predicted
 bounding resource, and the best fraction of the roofline the model allows any one-kernel
 schedule (:func:`feinsum.prediction.floor_seconds`: one launch, the roofline's flops and
 bytes in sequence as far as the hardware keeps them). The recipe the hook picks when the
-database is empty (the first applicable one in :func:`feinsum.hook.preference`'s order) is marked
-``*``. This is how GPU schedules are judged in a session without a GPU;
-``benchmarks/bench_gpu.py`` measures them when one is lent. Rows are printed as they are
-predicted (a default takes 1-50 s).
+database is empty (the first of :func:`feinsum.hook.default_choices` at these lengths:
+:func:`feinsum.hook.preference`'s order, ``dg_nodes`` and ``gemm_gpu`` by the model) is
+marked ``*``; rows follow the hook's order. This is how GPU schedules are judged in a
+session without a GPU; ``benchmarks/bench_gpu.py`` measures them when one is lent. Rows
+are printed as they are predicted (a default takes 1-50 s).
 
 ``--dg-degree P``: the DG operators at polynomial degree ``P`` on tetrahedra (default 4,
 35 nodes; 6: 84 nodes, whose operator outgrows a GPU's local memory), named ``local_pP``
@@ -42,7 +43,7 @@ from typing import Any
 
 import feinsum
 from feinsum.devices.models import MODELS
-from feinsum.hook import ordered_recipes, preference
+from feinsum.hook import default_choices
 from feinsum.prediction import floor_seconds, predict_configuration
 from feinsum.tuning.workloads import DG_DEGREE, FAMILIES, workloads
 
@@ -79,16 +80,14 @@ def _rows(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         spec = feinsum.canonicalize(w.spec)
         lengths = feinsum.canonical_lengths(w.spec.with_lengths(w.lengths))
         for model in args.model:
-            info, hook_pick = MODELS[model].info, None
-            for r in ordered_recipes(feinsum.recipes(), default=preference(spec, info)):
-                if r.has_prepare or r.applies(spec, info) is not None:
-                    continue
-                hook_pick = hook_pick or r.name
+            info = MODELS[model].info
+            choices, _ = default_choices(spec, info, feinsum.recipes(), lengths=lengths)
+            for k, choice in enumerate(choices):
+                r = choice.recipe
                 if args.recipe and r.name not in args.recipe:
                     continue
-                p = predict_configuration(r, spec, r.default(spec, info, lengths), model,
-                                          lengths)
-                mark = "*" if r.name == hook_pick else ""
+                p = predict_configuration(r, spec, choice.params, model, lengths)
+                mark = "*" if k == 0 else ""
                 best = p.roofline_seconds / floor_seconds(spec, lengths, model)
                 row: tuple[str, ...] = (w.name, model, r.name + mark,
                                         f"{p.seconds * 1e3:.4g} ms", f"{p.fraction:.0%}",

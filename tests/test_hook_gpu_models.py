@@ -167,3 +167,40 @@ def test_fields_of_a_high_order_operator_are_one_gemm(form: str, cl_queue: Any) 
     times = {n: predict_configuration(n, e, get_recipe(n).default(e, dev, at), "h200",
                                       at).seconds for n in ("gemm_gpu", "dg_operator")}
     assert 1.9 * times["gemm_gpu"] < times["dg_operator"], times
+
+
+def test_the_performance_model_orders_dg_nodes_and_gemm_gpu() -> None:
+    """Where a DG operator fits the local memory, ``dg_nodes`` and ``gemm_gpu`` both apply:
+    at known lengths on the H200 model the hook's first default is the one the performance
+    model predicts faster (``ij,ej->ei`` at E = 5e4: ``gemm_gpu`` at 56 nodes, then
+    ``dg_nodes``; ``dg_nodes`` at 35, the order unchanged); without lengths, with an
+    explicit order (``prefer``) or on a GPU no model describes,
+    :func:`~feinsum.hook.choice.preference`'s order."""
+    import dataclasses
+
+    from feinsum import array, canonical_lengths, canonicalize, einsum
+    from feinsum.hook.choice import default_choices
+    from feinsum.prediction import predict_configuration
+    from feinsum.recipes import recipes
+
+    dev, every = MODELS["h200"].info, recipes()
+    unknown = dataclasses.replace(dev, name="Some GPU", model=None, vendor="Someone",
+                                  compute_capability=None, peak_flops_fp32=None)
+    for n, faster in ((56, "gemm_gpu"), (35, "dg_nodes")):
+        spec = einsum("ij,ej->ei", array("D", (n, n)), array("u", ("E", n)))
+        e = canonicalize(spec)
+        at = canonical_lengths(spec.with_lengths({"E": 50_000}))
+        choices, _ = default_choices(e, dev, every, lengths=at)
+        names = [c.recipe.name for c in choices]
+        assert names[0] == faster, names
+        if faster == "gemm_gpu":
+            assert names[1] == "dg_nodes", names
+        times = {c.recipe.name: predict_configuration(c.recipe, e, c.params, "h200", at).seconds
+                 for c in choices if c.recipe.name in ("dg_nodes", "gemm_gpu")}
+        assert times[faster] == min(times.values()), times
+        for kwargs in ({"lengths": {}}, {"lengths": at, "prefer": ["dg_nodes", "gemm_gpu"]}):
+            fixed, _ = default_choices(e, dev, every, **kwargs)  # type: ignore[arg-type]
+            assert fixed[0].recipe.name == "dg_nodes"
+        other, _ = default_choices(e, unknown, every, lengths=at)
+        assert [c.recipe.name for c in other].index("dg_nodes") < [
+            c.recipe.name for c in other].index("gemm_gpu")

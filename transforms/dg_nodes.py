@@ -30,6 +30,10 @@ from feinsum.toolbox import node_layouts as tl
 from feinsum.toolbox import node_plan as tp
 from feinsum.toolbox import nodes as tn
 
+#: Layouts of least estimated cost (:func:`feinsum.toolbox.node_layouts.ranked_layouts`)
+#: the default takes the performance model's fastest of, where the element count is known
+#: and the model describes the device (the estimate alone: the first).
+SHORTLIST = 12
 #: Work-groups per compute unit the ``groups`` parameter offers (0: one block per group).
 GROUPS_PER_UNIT = range(tp.MAX_GROUPS_PER_UNIT + 1)
 
@@ -107,16 +111,24 @@ def _pairs(e: Any, p: dict[str, Any]) -> bool:
     return any(tp.pair_index(e, stages, _layout(p), s) for s in range(len(stages)))
 
 
-def _default(e: Any, device: Any, lengths: dict[str, int]) -> dict[str, Any]:
-    best = tl.best_layout(e, device, lengths.get(str(e.lengths[tp.element(e)])))
-    if best is None:
-        raise RecipeError(f"dg_nodes does not fit {e} on {device.name} (applies() says why)")
-    last, lay = best
+def _params(last: int | None, lay: tp.NodeLayout) -> dict[str, Any]:
     return {"last": last, "node_lanes": lay.lanes, "rows": lay.rows,
             "elements": lay.elements, "rows_per_pass": lay.rows_per_pass,
             "operator": "registers" if lay.registers else "slice" if lay.sliced else "local",
-            "groups": lay.groups,
-            "split": lay.split, "flat": lay.flat, "pairs": lay.pairs}
+            "groups": lay.groups, "split": lay.split, "flat": lay.flat, "pairs": lay.pairs}
+
+
+def _default(e: Any, device: Any, lengths: dict[str, int]) -> dict[str, Any]:
+    elements = lengths.get(str(e.lengths[tp.element(e)]))
+    ranked = [_params(*c) for c in tl.ranked_layouts(e, device, elements,
+                                                     SHORTLIST if elements else 1)]
+    if not ranked:
+        raise RecipeError(f"dg_nodes does not fit {e} on {device.name} (applies() says why)")
+    if len(ranked) == 1:
+        return ranked[0]
+    from feinsum.prediction import fastest
+
+    return ranked[fastest(e, [(RECIPE, p) for p in ranked], device, lengths) or 0]
 
 
 def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:

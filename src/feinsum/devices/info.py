@@ -180,6 +180,18 @@ CPU_GROUP_PRIVATE_BYTES = 4 << 20
 CPU_GROUP_ACCUMULATORS = 1024
 #: The fewest work-items of a default work-group (and the CPUs' default).
 MIN_DEFAULT_WORK_ITEMS = 64
+#: 32-bit registers a GPU allocates a subgroup at a time: a work-item's count rounds up to
+#: this over the subgroup width (NVIDIA: 256 a warp, 8 a work-item; CUDA occupancy
+#: calculator's allocation unit size)
+REGISTER_ALLOCATION_UNIT = 256
+
+
+def allocated_registers(registers: int, subgroup_width: int) -> int:
+    """The registers one subgroup of work-items needing *registers* each is allocated."""
+    unit = REGISTER_ALLOCATION_UNIT
+    return -(-registers * subgroup_width // unit) * unit
+
+
 #: The model fields' values for a GPU no model describes: the smallest of the models'.
 GENERIC_GPU = {"subgroup_width": 32, "registers_per_work_item": 128,
                "registers_per_compute_unit": 32768, "l1_cache_size": 32 << 10}

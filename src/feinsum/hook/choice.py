@@ -1,10 +1,12 @@
 """Which recipe the hook applies when the database knows nothing: a fixed preference order.
 
 :data:`PREFERENCE`: the most specialised recipes first; :func:`preference` adjusts it to an
-einsum and a device (:data:`OPERATOR_RECIPES`). A recipe feinsum does not ship (from
-``FEINSUM_RECIPE_PATH``) comes after the shipped specialised ones and before ``generic``;
-recipes that need host-side arguments (``Recipe.prepare``: block-sparse launch tables) are
-never chosen by the hook, since the program's callers would not pass those arguments.
+einsum and a device (:data:`OPERATOR_RECIPES`); on a GPU the performance model describes,
+at known lengths, the defaults of :data:`MODEL_ORDERED` go in the order of its
+predictions. A recipe feinsum does not ship (from ``FEINSUM_RECIPE_PATH``) comes after
+the shipped specialised ones and before ``generic``; recipes that need host-side
+arguments (``Recipe.prepare``: block-sparse launch tables) are never chosen by the hook,
+since the program's callers would not pass those arguments.
 """
 
 from __future__ import annotations
@@ -45,6 +47,15 @@ PREFERENCE: tuple[str, ...] = (
 #: ``dg_nodes``' default on the H200, A100 and MI250X models (float32 and float64, one
 #: field and four).
 OPERATOR_RECIPES: tuple[str, ...] = ("dg_nodes", "dg_transposed", "dg_operator")
+
+
+#: Recipes whose defaults the hook orders by the performance model among themselves where
+#: both apply on a GPU the model describes and the lengths are known (the others keep
+#: :func:`preference`'s order): DG operators whose operator fits the local memory, where
+#: the ``h200`` model predicts ``gemm_gpu`` 1.1-1.35x faster than ``dg_nodes`` for some
+#: (float64 ``ij,ej->ei`` at 56 nodes, float32 at 56 and 84) and ``dg_nodes`` faster for
+#: the rest (E = 5e4).
+MODEL_ORDERED: tuple[str, ...] = ("dg_nodes", "gemm_gpu")
 
 
 @dataclass(frozen=True)
@@ -109,4 +120,25 @@ def default_choices(canonical: BatchedEinsum, device: DeviceInfo, recipes: Seque
         except RecipeError as exc:
             why = str(exc)
         reasons.append(f"{r.name}: {why}")
+    if prefer is None and lengths and not device.is_cpu:
+        out = _model_ordered(out, canonical, device, lengths)
     return out, "; ".join(reasons)
+
+
+def _model_ordered(choices: list[DefaultChoice], canonical: BatchedEinsum,
+                   device: DeviceInfo, lengths: Mapping[str, int]) -> list[DefaultChoice]:
+    """*choices* as they are, unless the performance model predicts another of
+    :data:`MODEL_ORDERED`'s defaults faster than the first of them: then that one and
+    the others of them (in their order) where the first was."""
+    slots = [k for k, ch in enumerate(choices) if ch.recipe.name in MODEL_ORDERED]
+    if len(slots) < 2:
+        return choices
+    from feinsum.prediction import fastest
+
+    pick = fastest(canonical, [(choices[k].recipe, choices[k].params) for k in slots],
+                   device, lengths)
+    if not pick:
+        return choices
+    group = [choices[slots[pick]], *(choices[k] for k in slots if k != slots[pick])]
+    rest = [ch for k, ch in enumerate(choices) if k not in slots]
+    return rest[:slots[0]] + group + rest[slots[0]:]

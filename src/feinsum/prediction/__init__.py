@@ -3,6 +3,7 @@
 docs/performance-model.rst describes it, its calibration on the H200 and how to use it."""
 
 from feinsum.prediction.configuration import (
+    fastest,
     floor_seconds,
     predict_configuration,
     roofline_seconds,
@@ -10,5 +11,5 @@ from feinsum.prediction.configuration import (
 from feinsum.prediction.hardware import HARDWARE, Hardware, hardware_for
 from feinsum.prediction.model import RESOURCES, Prediction, predict
 
-__all__ = ["HARDWARE", "RESOURCES", "Hardware", "Prediction", "floor_seconds", "hardware_for",
-           "predict", "predict_configuration", "roofline_seconds"]
+__all__ = ["HARDWARE", "RESOURCES", "Hardware", "Prediction", "fastest", "floor_seconds",
+           "hardware_for", "predict", "predict_configuration", "roofline_seconds"]

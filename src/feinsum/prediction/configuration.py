@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from feinsum.devices.info import DeviceInfo
@@ -71,6 +71,27 @@ def predict_configuration(recipe: Any, spec: BatchedEinsum, params: Mapping[str,
     dev = code_device or _device(device)
     return _cached(r, spec, json.dumps(dict(params), sort_keys=True), dev, device,
                    tuple(sorted((k, int(v)) for k, v in lengths.items())))
+
+
+def fastest(spec: BatchedEinsum, candidates: Sequence[tuple[Any, Mapping[str, Any]]],
+            device: DeviceInfo, lengths: Mapping[str, int]) -> int | None:
+    """The index of the candidate, a ``(recipe, params)`` pair, that the performance model
+    predicts fastest for *spec* on *device* at *lengths* (the first on a tie); ``None``
+    where the model describes neither the device (a CPU, a GPU nothing describes) nor any
+    candidate (one it cannot generate or whose lengths it lacks)."""
+    try:
+        hardware_for(device)
+    except PredictionError:
+        return None
+    best: tuple[float, int] | None = None
+    for k, (recipe, params) in enumerate(candidates):
+        try:
+            seconds = predict_configuration(recipe, spec, params, device, lengths).seconds
+        except PredictionError:
+            continue
+        if best is None or seconds < best[0]:
+            best = (seconds, k)
+    return None if best is None else best[1]
 
 
 @functools.lru_cache(maxsize=512)

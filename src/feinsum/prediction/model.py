@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from feinsum.devices.info import DeviceInfo
+from feinsum.devices.info import DeviceInfo, allocated_registers
 from feinsum.errors import PredictionError
 from feinsum.prediction.accesses import Access
 from feinsum.prediction.hardware import Hardware, hardware_for
@@ -82,7 +82,7 @@ class Prediction:
 def occupancy(k: DeviceKernel, hw: Hardware) -> tuple[int, str]:
     """Work-groups one compute unit holds at once, and what limits them."""
     warps = math.ceil(k.group_size / hw.subgroup)
-    per_warp = math.ceil(k.registers * hw.subgroup / 256) * 256
+    per_warp = allocated_registers(k.registers, hw.subgroup)
     limits = {"work-groups": hw.max_groups, "warps": hw.max_warps // warps,
               "registers": hw.registers // max(1, per_warp * warps)}
     if k.local_bytes:

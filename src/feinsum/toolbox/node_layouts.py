@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
-from feinsum.devices.info import GENERIC_GPU
+from feinsum.devices.info import GENERIC_GPU, allocated_registers
 from feinsum.spec.model import BatchedEinsum
 from feinsum.toolbox.dense import Stage, element_stages, operator_fits, plans, stage_indices
 from feinsum.toolbox.node_plan import (
@@ -136,14 +136,16 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
     staged = sum(math.prod(length(e, i) for i in e.in_indices[c] if i != el)
                  * (e.nrows if c in specific(e) else 1) for c in range(e.noperands)
                  if access(e, stages, c, layout.registers) == "staged")
-    # the operators: per work-group, or per block and slice of the split index (sliced)
+    # the operators: per work-group (a group that loops stages them once for all of its
+    # blocks), or per block and slice of the split index (sliced)
     operators = 0.0
+    per_group = _blocks_per_group(layout, elements)
     for (r, c), o in owners(e).items():
         if o == r and access(e, stages, c, layout.registers) in ("local", "registers"):
             if sliced(e, stages, layout, c):
                 operators += math.prod(length(e, i) for i in e.in_indices[c]) / B
-            elif not layout.groups:
-                operators += operator_entries(e, stages, c, L0) / B
+            elif per_group:
+                operators += operator_entries(e, stages, c, L0) / B / per_group
     lsu += 2 * waves(sg) / sg * (staged + operators)
     fma = fma * warps / B / fp_rate
     resident = resident_groups(e, stages, layout, device)
@@ -159,6 +161,21 @@ def layout_cost(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout, d
         latency /= B * resident
     bounds = sorted((lsu, fma, latency), reverse=True)
     return (bounds[0] + OVERLAP * bounds[1]) * max(1.0, LATENCY_SUBGROUPS / (resident * warps))
+
+
+def _blocks_per_group(layout: NodeLayout, elements: int | None) -> int:
+    """The element blocks each work-group of *layout* computes at *elements* elements (one
+    without ``groups``; 0, many, where a looping layout's element count is unknown)."""
+    if not layout.groups:
+        return 1
+    return chunks(chunks(elements, layout.block), layout.groups) if elements else 0
+
+
+def idles(layout: NodeLayout, elements: int | None) -> bool:
+    """Whether *layout*'s work-groups that loop over the blocks outnumber the blocks of
+    *elements* elements: the extra groups compute on clamped elements and store nothing
+    (``groups = 0``, a group a block, does the same work without them)."""
+    return bool(layout.groups and elements and layout.groups > chunks(elements, layout.block))
 
 
 #: the share of the second-largest bound that does not overlap the largest (as
@@ -230,10 +247,11 @@ def _flat_cost(e: BatchedEinsum, stages: Sequence[Stage], points: int, sg: int
 def resident_groups(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout,
                     device: Any) -> int:
     """Work-groups of *layout* one compute unit holds at once (its registers over the
-    group's estimate; its local memory, where the device's L1 holds it, over the group's)."""
+    group's estimate, allocated a subgroup at a time; its local memory, where the device's
+    L1 holds it, over the group's)."""
     sg = _subgroup(device)
     isz = itemsize(e)
-    regs = registers(e, stages, layout) * -(-layout.work_items // sg) * sg
+    regs = allocated_registers(registers(e, stages, layout), sg) * -(-layout.work_items // sg)
     by_regs = int(device.registers_per_compute_unit
                   or GENERIC_GPU["registers_per_compute_unit"]) // max(1, regs)
     # where the L1 holds local memory, part of it stays cache (7/8 at most for local
@@ -336,22 +354,29 @@ class _Same:
 
 
 @functools.lru_cache(maxsize=256)
-def best_layout(e: BatchedEinsum, device: Any, elements: int | None = None
-                ) -> tuple[int | None, NodeLayout] | None:
-    """The plan and layout of least :func:`layout_cost` among those that fit *device*
-    (one block per work-group, or one wave of work-groups looping over the blocks), or
-    ``None`` if none fits; *elements*: the element count, where known."""
-    best: tuple[float, int, int | None, NodeLayout] | None = None
+def ranked_layouts(e: BatchedEinsum, device: Any, elements: int | None = None,
+                   count: int = 1) -> tuple[tuple[int | None, NodeLayout], ...]:
+    """The *count* plans and layouts of least :func:`layout_cost` (fewer registers first
+    on a tie) among those that fit *device* (one block per work-group, or one wave of
+    work-groups looping over the blocks, never more of them than blocks), best first;
+    *elements*: the element count, where known."""
+    ranked: dict[tuple[int | None, NodeLayout], tuple[float, int]] = {}
     e = cast(BatchedEinsum, _Same(e))
     for last, layout in _candidates(e, device):
         stages = plan_stages(e, last)
-        if misfit(e, stages, layout, device):
+        if (last, layout) in ranked or idles(layout, elements) or misfit(
+                e, stages, layout, device):
             continue
-        cost = (layout_cost(e, stages, layout, device, elements),
-                registers(e, stages, layout))
-        if best is None or cost < best[:2]:
-            best = (*cost, last, layout)  # type: ignore[assignment]
-    return None if best is None else (best[2], best[3])
+        ranked[last, layout] = (layout_cost(e, stages, layout, device, elements),
+                                registers(e, stages, layout))
+    return tuple(sorted(ranked, key=ranked.__getitem__)[:count])
+
+
+def best_layout(e: BatchedEinsum, device: Any, elements: int | None = None
+                ) -> tuple[int | None, NodeLayout] | None:
+    """The first of :func:`ranked_layouts`, or ``None`` if no layout fits."""
+    best = ranked_layouts(e, device, elements)
+    return best[0] if best else None
 
 
 # }}}
