@@ -302,7 +302,9 @@ def test_high_order_gradients_for_a_gpu_model(cl_queue: Any) -> None:
     default, a register tile for each ``r`` combined by ``J`` as it is stored, one buffer
     (before: dg_nodes looping over ``r`` with one ``D[r]`` in local memory, predicted
     1.4x slower; dg_operator reading ``D`` from global memory, 3.2x slower; earlier
-    still the generic fallback). Both match numpy."""
+    still the generic fallback). At 3000 elements: at 56 nodes and 1000 elements or fewer
+    the performance model predicts dg_nodes faster, and the hook takes it
+    (:data:`feinsum.hook.choice.MODEL_ORDERED`). Both match numpy."""
     from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
     from feinsum.devices.models import MODELS
 
@@ -311,8 +313,8 @@ def test_high_order_gradients_for_a_gpu_model(cl_queue: Any) -> None:
     rng = np.random.default_rng(11)
     for n, recipe, key, value in ((56, "gemm_gpu", "double_buffer", False),
                                   (84, "gemm_gpu", "double_buffer", False)):
-        J, D = rng.standard_normal((3, 3, 301)), rng.standard_normal((3, n, n))
-        u = rng.standard_normal((301, n))
+        J, D = rng.standard_normal((3, 3, 3000)), rng.standard_normal((3, n, n))
+        u = rng.standard_normal((3000, n))
 
         def program(J: Any, D: Any, u: Any) -> Any:
             return 2.0 * actx.einsum("xre,rij,ej->xei", J, D, u) + 1.0
@@ -642,3 +644,34 @@ def test_pytato_kernel_keeps_the_einsums_its_device_can_build(cl_queue: Any,
     np.testing.assert_allclose(got["mass"], host["u"] @ host["D"].T, rtol=1e-12)
     np.testing.assert_allclose(got["grad"],
                                np.einsum("xij,ej->xei", host["G"], host["u"]), rtol=1e-12)
+
+
+def test_a_fused_operand_read_past_an_axis_is_read_in_c_order(cl_queue: Any) -> None:
+    """The face mass of one conserved variable as pytato writes it, ``v = qflux[1]`` a
+    slice of a (5, 4, E, 15) array fused into the einsum's loads (laid out ``[f, e, j]``
+    in memory, the core's operand ``[e, f, j]``), for the H200 model on the CPU device.
+    dg_nodes' default there (the model's pick: ``last=0``, 4 rows, the operator in
+    registers) copies each block of ``v`` into local memory as 4 x 60 consecutive
+    entries, reading past the end of ``j``: the fused read computes the entry of that
+    C-order offset (:mod:`feinsum.matching.read_range`), not ``qflux[1, f, e, j + k]``
+    (30 % wrong before). It matches numpy."""
+    from feinsum.arraycontext import FeinsumPytatoPyOpenCLArrayContext
+    from feinsum.devices.models import MODELS
+
+    actx = FeinsumPytatoPyOpenCLArrayContext(cl_queue, feinsum_db=False,
+                                             feinsum_device=MODELS["h200"].info)
+    rng = np.random.default_rng(13)
+    L, Jf = rng.standard_normal((35, 4, 15)), rng.standard_normal((4, 301))
+    qflux = rng.standard_normal((5, 4, 301, 15))
+
+    def program(L: Any, Jf: Any, qflux: Any) -> Any:
+        return actx.einsum("ifj,fe,fej->ei", L, Jf, qflux[1])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = actx.to_numpy(actx.compile(program)(*map(actx.from_numpy, (L, Jf, qflux))))
+    (group,) = actx.feinsum_last_report.groups
+    assert group.recipe == "dg_nodes" and any("in the loads" in f for f in group.fused), str(
+        actx.feinsum_last_report)
+    want = np.einsum("ifj,fe,fej->ei", L, Jf, qflux[1])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())

@@ -387,8 +387,10 @@ def test_gpu_plan_packs_each_label(tmp_path: Path) -> None:
     with tarfile.open(out / "programs.tar.gz") as tar:
         rows = tar.extractfile("./overlap.jsonl")
         assert rows is not None
-        assert [json.loads(x)["elements"] for x in rows.read().decode().splitlines()] == [
-            300, 2000]
+        got = [json.loads(x) for x in rows.read().decode().splitlines()]
+        configs = {json.dumps(r["params"], sort_keys=True) for r in got}
+        assert 1 <= len(configs) <= 2
+        assert sorted(r["elements"] for r in got) == sorted([300, 2000] * len(configs))
 
 
 def test_gpu_overlap_measures_each_configuration_at_each_length(tmp_path: Path) -> None:

@@ -108,6 +108,10 @@ def _operands(tk: lp.LoopKernel, ops: Mapping[str, Any], decls: Mapping[str, Any
     from pymbolic.mapper.substitutor import make_subst_func
 
     class Inline(IdentityMapper):  # type: ignore[misc]
+        def __init__(self, domain: Any) -> None:
+            super().__init__()
+            self.domain = domain
+
         def map_subscript(self, e: Any, *args: Any) -> Any:
             name = str(getattr(e.aggregate, "name", ""))
             if name not in ops:
@@ -116,7 +120,8 @@ def _operands(tk: lp.LoopKernel, ops: Mapping[str, Any], decls: Mapping[str, Any
             idx = tuple(self.rec(i) for i in e.index_tuple)
             if len(idx) != len(op.arguments):
                 raise _NotFused(f"the recipe reads {name} as {e}")
-            subst = make_subst_func(dict(zip(op.arguments, idx, strict=True)))
+            read = _within(tk, name, idx, self.domain)
+            subst = make_subst_func(dict(zip(op.arguments, read, strict=True)))
             return SubstitutionMapper(subst)(op.expression)
 
         def map_variable(self, e: Any, *args: Any) -> Any:
@@ -124,7 +129,6 @@ def _operands(tk: lp.LoopKernel, ops: Mapping[str, Any], decls: Mapping[str, Any
                 raise _NotFused(f"the recipe uses operand {e.name} as a whole")
             return e
 
-    inline = Inline()
     insns: list[Any] = []
     for insn in tk.instructions:
         if isinstance(insn, CInstruction):
@@ -132,8 +136,36 @@ def _operands(tk: lp.LoopKernel, ops: Mapping[str, Any], decls: Mapping[str, Any
                 insn = _vector_operand(tk, insn, ops[name], decls, lengths)
             insns.append(insn)
             continue
+        inline = Inline(tk.get_inames_domain(insn.within_inames))
         insns.append(insn.with_transformed_expressions(inline))
     return tk.copy(instructions=insns)
+
+
+def _within(tk: lp.LoopKernel, name: str, idx: tuple[Any, ...], domain: Any
+            ) -> tuple[Any, ...]:
+    """*idx*, a read of operand *name*, as the in-range indices of the entry it reads
+    (:mod:`feinsum.matching.read_range`): a read past an axis' end means the entries
+    that follow in the operand's C order, which its expression, read index by index,
+    would not give."""
+    from feinsum.matching.read_range import c_order_indices, equal, in_range
+
+    decl = tk.arg_dict.get(name) or tk.temporary_variables.get(name)
+    shape = getattr(decl, "shape", None)
+    if not isinstance(shape, tuple) or len(shape) != len(idx):
+        raise _NotFused(f"the recipe reads {name}, whose shape is unknown, as {idx}")
+    if in_range(domain, idx, shape):
+        return idx
+    strides = [getattr(t, "stride", None) for t in getattr(decl, "dim_tags", None) or ()]
+    c_strides: list[Any] = []
+    step: Any = 1
+    for length in reversed(shape):
+        c_strides.insert(0, step)
+        step = step * length
+    if len(strides) != len(shape) or not all(
+            s is not None and equal(s, c) for s, c in zip(strides, c_strides, strict=True)):
+        raise _NotFused(f"the recipe may read {name} past the end of an axis, and {name} is "
+                        "not laid out in C order")
+    return c_order_indices(idx, shape)
 
 
 def _vector_operand(tk: lp.LoopKernel, insn: Any, op: Any, decls: Mapping[str, Any],
