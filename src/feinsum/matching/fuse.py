@@ -147,7 +147,7 @@ def _within(tk: lp.LoopKernel, name: str, idx: tuple[Any, ...], domain: Any
     (:mod:`feinsum.matching.read_range`): a read past an axis' end means the entries
     that follow in the operand's C order, which its expression, read index by index,
     would not give."""
-    from feinsum.matching.read_range import c_order_indices, equal, in_range
+    from feinsum.matching.read_range import c_order_indices, c_strides, equal, in_range
 
     decl = tk.arg_dict.get(name) or tk.temporary_variables.get(name)
     shape = getattr(decl, "shape", None)
@@ -156,13 +156,8 @@ def _within(tk: lp.LoopKernel, name: str, idx: tuple[Any, ...], domain: Any
     if in_range(domain, idx, shape):
         return idx
     strides = [getattr(t, "stride", None) for t in getattr(decl, "dim_tags", None) or ()]
-    c_strides: list[Any] = []
-    step: Any = 1
-    for length in reversed(shape):
-        c_strides.insert(0, step)
-        step = step * length
-    if len(strides) != len(shape) or not all(
-            s is not None and equal(s, c) for s, c in zip(strides, c_strides, strict=True)):
+    if len(strides) != len(shape) or not all(s is not None and equal(s, c) for s, c in zip(
+            strides, c_strides(shape), strict=True)):
         raise _NotFused(f"the recipe may read {name} past the end of an axis, and {name} is "
                         "not laid out in C order")
     return c_order_indices(idx, shape)

@@ -42,16 +42,21 @@ def in_range(domain: Any, index: Sequence[Any], shape: Sequence[Any]) -> bool:
     return True
 
 
+def c_strides(shape: Sequence[Any]) -> list[Any]:
+    """The strides, in entries, of a C-order array of *shape*."""
+    strides: list[Any] = []
+    step: Any = 1
+    for length in reversed(shape):
+        strides.insert(0, step)
+        step = step * length
+    return strides
+
+
 def c_order_indices(index: Sequence[Any], shape: Sequence[Any]) -> tuple[Any, ...]:
     """The in-range indices of the entry a read of a C-order array of *shape* at *index*
     reaches in memory (the entry ``sum(index[k] * stride[k])`` from the first): *index*
     itself where it is in range."""
-    strides: list[Any] = []
-    step: Any = 1
-    for length in reversed(shape):
-        strides.append(step)
-        step = step * length
-    strides.reverse()
+    strides = c_strides(shape)
     flat: Any = 0
     for i, s in zip(index, strides, strict=True):
         flat = flat + i * s
