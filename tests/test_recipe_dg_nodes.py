@@ -95,13 +95,6 @@ def test_local_operator_variants(params, cl_queue):  # type: ignore[no-untyped-d
                                device=H100, t_unit=t) is None
 
 
-def _params(last: int | None, lay: tp.NodeLayout) -> dict[str, Any]:
-    return {"last": last, "node_lanes": lay.lanes, "rows": lay.rows, "elements": lay.elements,
-            "rows_per_pass": lay.rows_per_pass, "operator": "registers" if lay.registers
-            else "slice" if lay.sliced else "local", "groups": lay.groups, "split": lay.split,
-            "flat": lay.flat, "pairs": lay.pairs}
-
-
 def test_the_default_counts_whole_waves() -> None:
     """Given the element count, the default's estimate counts whole waves of resident
     work-groups (many waves: the estimate without it); at E = 5e4 the divergence of 4
@@ -117,8 +110,8 @@ def test_the_default_counts_whole_waves() -> None:
     stages = td.element_stages(e, last)
     assert tl.layout_cost(e, stages, lay, dev, 10**9) == pytest.approx(
         tl.layout_cost(e, stages, lay, dev), rel=0.01)
-    known = _params(*tl.best_layout(e, dev, lengths["n0"]))  # type: ignore[misc]
-    unknown = _params(last, lay)
+    known = tp.params_of(*tl.best_layout(e, dev, lengths["n0"]))  # type: ignore[misc]
+    unknown = tp.params_of(last, lay)
     assert known != unknown
     assert unknown == recipe().default(e, dev)
     assert (predict_configuration(recipe(), e, known, "h200", lengths).seconds
@@ -140,16 +133,16 @@ def test_the_default_is_the_models_fastest_of_the_shortlist() -> None:
         w = workloads(gpu=True)[name]
         e = canonicalize(w.spec)
         lengths = fs.canonical_lengths(w.spec.with_lengths(w.lengths))
-        first = _params(*tl.best_layout(e, dev, lengths["n0"]))  # type: ignore[misc]
+        first = tp.params_of(*tl.best_layout(e, dev, lengths["n0"]))  # type: ignore[misc]
         chosen = recipe().default(e, dev, lengths)
         assert chosen != first
-        assert ([_params(*c) for c in tl.ranked_layouts(e, dev, lengths["n0"], 12)]
+        assert ([tp.params_of(*c) for c in tl.ranked_layouts(e, dev, lengths["n0"], 12)]
                 .index(chosen) > 0)
         assert (predict_configuration(recipe(), e, chosen, "h200", lengths).seconds
                 < 0.95 * predict_configuration(recipe(), e, first, "h200", lengths).seconds)
         unknown = dataclasses.replace(dev, name="Some GPU", model=None, vendor="Someone",
                                       compute_capability=None, peak_flops_fp32=None)
-        assert recipe().default(e, unknown, lengths) == _params(
+        assert recipe().default(e, unknown, lengths) == tp.params_of(
             *tl.best_layout(e, unknown, lengths["n0"]))  # type: ignore[misc]
 
 
@@ -197,15 +190,12 @@ def test_the_default_counts_registers_as_allocated() -> None:
     stages = td.element_stages(e, 2)
     assert tl.registers(e, stages, layout) == 145
     assert tl.resident_groups(e, stages, layout, dev) == 6
-    two_waves = {**_params(2, layout), "groups": 7 * dev.compute_units}
+    two_waves = {**tp.params_of(2, layout), "groups": 7 * dev.compute_units}
     slow = predict_configuration(recipe(), e, two_waves, "h200", lengths)
     assert slow.kernels[0]["resident_groups"] == 6
     chosen = recipe().default(e, dev, lengths)
     assert chosen["groups"] <= dev.compute_units * tl.resident_groups(
-        e, td.element_stages(e, chosen["last"]), tp.NodeLayout(
-            chosen["node_lanes"], chosen["rows"], chosen["elements"], chosen["rows_per_pass"],
-            chosen["operator"] == "registers", chosen["groups"], chosen["split"],
-            chosen["flat"], chosen["operator"] == "slice", chosen["pairs"]), dev)
+        e, td.element_stages(e, chosen["last"]), tp.layout_of(chosen), dev)
     fast = predict_configuration(recipe(), e, chosen, "h200", lengths)
     assert fast.seconds < 0.8 * slow.seconds
 

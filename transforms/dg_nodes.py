@@ -38,14 +38,8 @@ SHORTLIST = 12
 GROUPS_PER_UNIT = range(tp.MAX_GROUPS_PER_UNIT + 1)
 
 
-def _layout(p: dict[str, Any]) -> tp.NodeLayout:
-    return tp.NodeLayout(p["node_lanes"], p["rows"], p["elements"], p["rows_per_pass"],
-                         p["operator"] == "registers", p["groups"], p["split"], p["flat"],
-                         p["operator"] == "slice", p["pairs"])
-
-
 def _misfit(e: Any, p: dict[str, Any], device: Any) -> str | None:
-    return tl.misfit(e, td.element_stages(e, p["last"]), _layout(p), device)
+    return tl.misfit(e, td.element_stages(e, p["last"]), tp.layout_of(p), device)
 
 
 def _applies(e: Any, device: Any) -> str | None:
@@ -89,7 +83,7 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
              for k in range(e.noperands)), "operator='registers' needs an operator that "
              "carries its stage's lane index (choose another 'last')"),
          rc.Constraint("operator_slices", lambda p: p["operator"] != "slice" or any(
-             tp.sliced(e, td.element_stages(e, p["last"]), _layout(p), k)
+             tp.sliced(e, td.element_stages(e, p["last"]), tp.layout_of(p), k)
              for k in range(e.noperands)), "operator='slice' needs split and an operator "
              "whose first index is the split index (divergence's D[r,i,j], last=2)"),
          rc.Constraint("split_plan", lambda p: not p["split"] or tp.split_index(
@@ -108,19 +102,12 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
 
 def _pairs(e: Any, p: dict[str, Any]) -> bool:
     stages = td.element_stages(e, p["last"])
-    return any(tp.pair_index(e, stages, _layout(p), s) for s in range(len(stages)))
-
-
-def _params(last: int | None, lay: tp.NodeLayout) -> dict[str, Any]:
-    return {"last": last, "node_lanes": lay.lanes, "rows": lay.rows,
-            "elements": lay.elements, "rows_per_pass": lay.rows_per_pass,
-            "operator": "registers" if lay.registers else "slice" if lay.sliced else "local",
-            "groups": lay.groups, "split": lay.split, "flat": lay.flat, "pairs": lay.pairs}
+    return any(tp.pair_index(e, stages, tp.layout_of(p), s) for s in range(len(stages)))
 
 
 def _default(e: Any, device: Any, lengths: dict[str, int]) -> dict[str, Any]:
     elements = lengths.get(str(e.lengths[tp.element(e)]))
-    ranked = [_params(*c) for c in tl.ranked_layouts(e, device, elements,
+    ranked = [tp.params_of(*c) for c in tl.ranked_layouts(e, device, elements,
                                                      SHORTLIST if elements else 1)]
     if not ranked:
         raise RecipeError(f"dg_nodes does not fit {e} on {device.name} (applies() says why)")
@@ -133,7 +120,7 @@ def _default(e: Any, device: Any, lengths: dict[str, int]) -> dict[str, Any]:
 
 def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
     """The node layout: lanes along the stages' lane indices, element rows on ``l.1``."""
-    return tn.node_kernel(t_unit, e, td.element_stages(e, p["last"]), _layout(p))
+    return tn.node_kernel(t_unit, e, td.element_stages(e, p["last"]), tp.layout_of(p))
 
 
 def _upgrade(params: dict[str, Any]) -> dict[str, Any]:

@@ -108,9 +108,15 @@ def _operands(tk: lp.LoopKernel, ops: Mapping[str, Any], decls: Mapping[str, Any
     from pymbolic.mapper.substitutor import make_subst_func
 
     class Inline(IdentityMapper):  # type: ignore[misc]
-        def __init__(self, domain: Any) -> None:
+        def __init__(self, within: frozenset[str]) -> None:
             super().__init__()
-            self.domain = domain
+            self.within = within
+            self.domain: Any = None
+
+        def loops(self) -> Any:  # the statement's loop domain, made at its first read
+            if self.domain is None:
+                self.domain = tk.get_inames_domain(self.within)
+            return self.domain
 
         def map_subscript(self, e: Any, *args: Any) -> Any:
             name = str(getattr(e.aggregate, "name", ""))
@@ -120,7 +126,7 @@ def _operands(tk: lp.LoopKernel, ops: Mapping[str, Any], decls: Mapping[str, Any
             idx = tuple(self.rec(i) for i in e.index_tuple)
             if len(idx) != len(op.arguments):
                 raise _NotFused(f"the recipe reads {name} as {e}")
-            read = _within(tk, name, idx, self.domain)
+            read = _within(tk, name, idx, self.loops())
             subst = make_subst_func(dict(zip(op.arguments, read, strict=True)))
             return SubstitutionMapper(subst)(op.expression)
 
@@ -136,7 +142,7 @@ def _operands(tk: lp.LoopKernel, ops: Mapping[str, Any], decls: Mapping[str, Any
                 insn = _vector_operand(tk, insn, ops[name], decls, lengths)
             insns.append(insn)
             continue
-        inline = Inline(tk.get_inames_domain(insn.within_inames))
+        inline = Inline(insn.within_inames)
         insns.append(insn.with_transformed_expressions(inline))
     return tk.copy(instructions=insns)
 

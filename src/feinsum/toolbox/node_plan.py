@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -72,6 +72,23 @@ class NodeLayout:
     @property
     def work_items(self) -> int:
         return self.lanes * self.rows
+
+
+def layout_of(params: Mapping[str, Any]) -> NodeLayout:
+    """The layout a ``dg_nodes`` configuration names."""
+    return NodeLayout(params["node_lanes"], params["rows"], params["elements"],
+                      params["rows_per_pass"], params["operator"] == "registers",
+                      params["groups"], params["split"], params["flat"],
+                      params["operator"] == "slice", params["pairs"])
+
+
+def params_of(last: int | None, layout: NodeLayout) -> dict[str, Any]:
+    """The ``dg_nodes`` configuration of plan *last* and *layout*."""
+    operator = "registers" if layout.registers else "slice" if layout.sliced else "local"
+    return {"last": last, "node_lanes": layout.lanes, "rows": layout.rows,
+            "elements": layout.elements, "rows_per_pass": layout.rows_per_pass,
+            "operator": operator, "groups": layout.groups, "split": layout.split,
+            "flat": layout.flat, "pairs": layout.pairs}
 
 
 # {{{ the plan: lane indices, access modes, sizes
