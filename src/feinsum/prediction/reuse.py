@@ -13,6 +13,9 @@ optimizing compiler (NVIDIA's, LLVM's) leaves it:
   before at the same place (the same loops, the same predicates), with nothing it reads
   written since, it is reused.
 
+A statement's subexpressions are those of its value and those of its array indices that
+cost instructions of their own (:mod:`feinsum.prediction.indexing`).
+
 :func:`placed_arithmetic` gives each statement's instructions per place: the loops they
 still run in.
 """
@@ -23,7 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from feinsum.prediction.ops import OpCounter, Ops
+from feinsum.prediction.accesses import SubscriptCollector
+from feinsum.prediction.indexing import index_nodes
+from feinsum.prediction.ops import Node, OpCounter, Ops
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ def placed_arithmetic(knl: Any, counter_for: CounterFor) -> dict[str, list[Place
     from loopy.schedule import CallKernel, EnterLoop, LeaveLoop, RunInstruction
 
     writes = _loop_writes(knl)
+    unrolled = _unrolled(knl)
     stack: list[tuple[str, int]] = []
     cache: dict[Any, frozenset[str]] = {}
     out: dict[str, list[Placed]] = {}
@@ -82,12 +88,20 @@ def placed_arithmetic(knl: Any, counter_for: CounterFor) -> dict[str, list[Place
                 continue
             predicates = frozenset(map(str, insn.predicates))
             levels: dict[tuple[tuple[str, int], ...], Ops] = {}
-            for node in counter.nodes(insn.expression):
-                k = len(stack)
+            indexing = _index_nodes(knl, insn)
+            for node in [*counter.nodes(insn.expression), *indexing]:
+                k, copies = len(stack), tuple[tuple[str, int], ...]()
                 while k > 0 and not (stack[k - 1][0] in node.depends
                                      or writes[stack[k - 1][1]] & node.depends):
                     k -= 1
-                key = (node.expr, tuple(stack[:k]), predicates)
+                if node in indexing:  # a copy of unrolled loops: out of the rolled ones
+                    copies = tuple(x for x in stack[:k] if x[0] in unrolled)
+                    while k > 0 and (stack[k - 1][0] in unrolled or not (
+                            stack[k - 1][0] in node.depends
+                            or writes[stack[k - 1][1]] & node.depends)):
+                        k -= 1
+                    copies = tuple(x for x in copies if x not in stack[:k])
+                key = (node.expr, tuple(stack[:k]) + copies, predicates)
                 if key in cache:
                     continue
                 cache[key] = node.depends
@@ -98,6 +112,30 @@ def placed_arithmetic(knl: Any, counter_for: CounterFor) -> dict[str, list[Place
             for key in [k for k, deps in cache.items() if deps & written]:
                 del cache[key]
     return out
+
+
+def _index_nodes(knl: Any, insn: Any) -> list[Node]:
+    """The subexpressions of the indices of the global and local arrays *insn* reads and
+    writes that cost instructions of their own (a private array's index is a register's
+    name: a constant)."""
+    from loopy.kernel.data import AddressSpace
+
+    col = SubscriptCollector()
+    col(insn.expression)
+    for a in insn.assignees:
+        col(a)
+    private = {n for n, v in knl.temporary_variables.items()
+               if v.address_space == AddressSpace.PRIVATE}
+    return index_nodes((idx for name, idx in col.found
+                        if idx is not None and name not in private), _unrolled(knl))
+
+
+def _unrolled(knl: Any) -> frozenset[str]:
+    """The loop indices whose loops the compiler unrolls (each copy's value a constant)."""
+    from loopy.kernel.data import IlpBaseTag, UnrollTag, VectorizeTag
+
+    return frozenset(n for n, v in knl.inames.items() if any(
+        isinstance(t, (UnrollTag, IlpBaseTag, VectorizeTag)) for t in v.tags))
 
 
 def _typed(ops: Ops, is_float: bool) -> Ops:
