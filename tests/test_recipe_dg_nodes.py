@@ -257,6 +257,47 @@ def test_pairs_match_evaluate(dt, model, cl_queue):  # type: ignore[no-untyped-d
     assert checked >= 4 and not bad, "\n".join(bad)
 
 
+
+@pytest.mark.parametrize("pairs", [False, True])
+def test_flat_rounds_hold_whole_elements(pairs, cl_queue):  # type: ignore[no-untyped-def]
+    """A flat first stage's round takes whole elements' entries (``flat_width``): in a
+    work-group that holds them with work-items to spare, those idle, and each work-item's
+    element offset and entry are divided out once, not in each round (the round loop
+    steps the element by a constant); a work-group smaller than one element's entries
+    takes them all, as do configurations of before ``flat_whole``. On the CPU device at
+    E = 37 and 1001."""
+    import loopy as lp
+    from gpu_model_cases import pocl_build_options, with_build_options
+
+    from feinsum.lowering.kernel import generate_loopy
+    from feinsum.recipes.testing import check_configuration
+
+    e = reference("divergence")  # the flat stage: W[r, e, j], 35 entries an element
+    base = {**recipe().default(e, H100), "last": 2, "flat": True, "split": True,
+            "operator": "slice", "groups": 0, "elements": 4, "rows_per_pass": 1,
+            "pairs": pairs}
+    unit = 18 if pairs else 35  # the pairs of 35 points: 18
+    for lanes, rows, whole in ((35, 1, True), (7, 8, True), (4, 4, True), (7, 8, False)):
+        cfg = {**base, "node_lanes": lanes, "rows": rows, "flat_whole": whole}
+        lay = tp.layout_of(cfg)
+        stages = td.element_stages(e, 2)
+        assert tp.flat_unit(e, stages, lay) == unit
+        work, width = lanes * rows, tp.flat_width(e, stages, lay)
+        assert width == (work if work < unit or not whole else work - work % unit)
+        t = recipe().apply(generate_loopy(e), cfg, e, H100)
+        code = lp.generate_code_v2(t).device_code()
+        if work >= unit and whole:  # every round divides the same work-item offset
+            flat = "\n".join(x for x in code.splitlines()
+                             if re.match(r"\s*(w0_0|pv_fin)", x))
+            found = re.findall(rf"(?<![lg]id)\(((?:[^()]|[lg]id\(\d\))*)\) / {unit}\b", flat)
+            assert found and all("lid" in t for n in found for t in n.split("+")), flat
+            assert (f"< {width})" in code) == (width < work), code
+        err = check_configuration(
+            recipe(), e, cfg, ({e.length_symbols[0]: 37}, {e.length_symbols[0]: 1001}),
+            cl_queue, device=H100,
+            t_unit=with_build_options(t, pocl_build_options("dg_nodes", cfg)))
+        assert not err, f"{cfg}: {err}"
+
 # }}}
 
 

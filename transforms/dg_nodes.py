@@ -15,7 +15,9 @@ work-group); ``split``: a loop over ``r`` around both stages, so that local memo
 one slice of the divergence's first-stage result, or of the gradient's operator; ``pairs``:
 a stage whose inputs all lie in local memory reads two points of its reduction index at a
 time, one vector load a pair (:mod:`feinsum.toolbox.node_pairs`; not in the default's
-search). See :mod:`feinsum.toolbox.nodes` and :mod:`feinsum.toolbox.node_plan`.
+search); ``flat_whole``: a flat first stage's rounds take whole elements' entries (the
+default; without it every work-item, each round dividing its flat index). See
+:mod:`feinsum.toolbox.nodes` and :mod:`feinsum.toolbox.node_plan`.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def _space(e: Any, device: Any) -> rc.ParameterSpace:
          "operator": rc.Choice(["local", *(["registers"] if uses_registers else []),
                                 *(["slice"] if slices else [])]),
          "groups": rc.Choice([k * units for k in GROUPS_PER_UNIT]), "split": rc.Boolean(),
-         "flat": rc.Boolean(), "pairs": rc.Boolean()},
+         "flat": rc.Boolean(), "pairs": rc.Boolean(), "flat_whole": rc.Boolean()},
         [*tb.work_group_constraints(device, "node_lanes", "rows"),
          rc.Constraint("device_limits", lambda p: _misfit(e, p, device) is None,
                        "local memory, registers per work-item and per work-group, and code "
@@ -124,8 +126,9 @@ def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:
 
 
 def _upgrade(params: dict[str, Any]) -> dict[str, Any]:
-    """A configuration of before ``pairs`` as the one-point reads it generated."""
-    return params if "pairs" in params else {**params, "pairs": False}
+    """A configuration of before ``pairs`` or ``flat_whole`` as the code it generated
+    (one-point reads; flat rounds of every work-item)."""
+    return {"pairs": False, "flat_whole": False, **params}
 
 
 RECIPE = rc.Recipe(

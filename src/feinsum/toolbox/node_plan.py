@@ -63,6 +63,8 @@ class NodeLayout:
     sliced: bool = False
     #: a stage's local operands read two reduction points at a time (:func:`pair_index`)
     pairs: bool = False
+    #: a flat stage's rounds take whole elements' entries (:func:`flat_width`)
+    flat_whole: bool = True
 
     @property
     def block(self) -> int:
@@ -79,7 +81,7 @@ def layout_of(params: Mapping[str, Any]) -> NodeLayout:
     return NodeLayout(params["node_lanes"], params["rows"], params["elements"],
                       params["rows_per_pass"], params["operator"] == "registers",
                       params["groups"], params["split"], params["flat"],
-                      params["operator"] == "slice", params["pairs"])
+                      params["operator"] == "slice", params["pairs"], params["flat_whole"])
 
 
 def params_of(last: int | None, layout: NodeLayout) -> dict[str, Any]:
@@ -88,7 +90,7 @@ def params_of(last: int | None, layout: NodeLayout) -> dict[str, Any]:
     return {"last": last, "node_lanes": layout.lanes, "rows": layout.rows,
             "elements": layout.elements, "rows_per_pass": layout.rows_per_pass,
             "operator": operator, "groups": layout.groups, "split": layout.split,
-            "flat": layout.flat, "pairs": layout.pairs}
+            "flat": layout.flat, "pairs": layout.pairs, "flat_whole": layout.flat_whole}
 
 
 # {{{ the plan: lane indices, access modes, sizes
@@ -302,14 +304,15 @@ def pair_shape(e: BatchedEinsum, q: str) -> tuple[int, int]:
     return m, m if m % 2 else m + 1
 
 
-def pair_entries(e: BatchedEinsum, q: str, rows: int, layout: NodeLayout | None = None
-                 ) -> int:
+def pair_entries(e: BatchedEinsum, q: str, rows: int, layout: NodeLayout | None = None,
+                 width: int | None = None) -> int:
     """Local entries of *rows* rows of pairs of index *q* (:func:`pair_shape`); with
     *layout*, rows copied by whole rounds of its work-group (every work-item stores in
-    every round: the last round's stores land past the rows)."""
+    every round: the last round's stores land past the rows; *width*: work-items a round,
+    as :func:`padded_entries`)."""
     m, P = pair_shape(e, q)
     if layout is not None:
-        rows = (padded_entries(rows * m, layout) - 1) // m + 1
+        rows = (padded_entries(rows * m, layout, width) - 1) // m + 1
     return 2 * P * rows
 
 
@@ -396,10 +399,32 @@ def staged_name(e: BatchedEinsum, layout: NodeLayout, r: int, c: int) -> str:
     return f"x{c}" if c not in specific(e) else f"x{c}_{r % slots(e, layout)}"
 
 
-def padded_entries(count: int, layout: NodeLayout) -> int:
+def padded_entries(count: int, layout: NodeLayout, width: int | None = None) -> int:
     """*count* rounded up to whole rounds of the work-group's work-items (a staged block
-    has room for every work-item's store)."""
-    return chunks(count, layout.work_items) * layout.work_items
+    has room for every work-item's store; *width*: the work-items that store in a round,
+    default all)."""
+    w = width or layout.work_items
+    return chunks(count, w) * w
+
+
+def flat_unit(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> int:
+    """The entries of one element's flat first-stage result, as work-items store them
+    (in rows of pairs where the next stage reads pairs: the pairs)."""
+    out = stage_out(e, stages, 0, outer(e, stages, layout))
+    size = math.prod(length(e, i) for i in out)
+    if paired(e, stages, layout, "w", 1):
+        return size // length(e, out[-1]) * pair_shape(e, out[-1])[0]
+    return size
+
+
+def flat_width(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout) -> int:
+    """The work-items of one round of a flat first stage: whole elements' entries
+    (:func:`flat_unit`), as many as the work-group holds, so that each work-item has the
+    same element offset and entry every round (divided once, not in every round); all the
+    work-items where one element's entries outnumber them, or without
+    :attr:`NodeLayout.flat_whole` (the rounds of before, each dividing its flat index)."""
+    unit, work = flat_unit(e, stages, layout), layout.work_items
+    return work if unit > work or not layout.flat_whole else work - work % unit
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -431,10 +456,11 @@ def result_entries(e: BatchedEinsum, stages: Sequence[Stage], layout: NodeLayout
     block's (padded to whole rounds when computed flat)."""
     out = stage_out(e, stages, s, outer(e, stages, layout))
     n = math.prod(length(e, i) for i in out)
+    width = flat_width(e, stages, layout) if flat_stage(e, stages, layout, s) else None
     if paired(e, stages, layout, "w", s + 1):
-        return pair_entries(e, out[-1], n // length(e, out[-1]) * layout.block, layout)
-    return (padded_entries(n * layout.block, layout) if flat_stage(e, stages, layout, s)
-            else n * layout.block)
+        return pair_entries(e, out[-1], n // length(e, out[-1]) * layout.block, layout,
+                            width)
+    return padded_entries(n * layout.block, layout, width) if width else n * layout.block
 
 
 @functools.lru_cache(maxsize=1 << 16)
