@@ -28,7 +28,7 @@ from typing import Any
 
 import pymbolic.primitives as prim
 
-from feinsum.prediction.ops import Node, Ops
+from feinsum.prediction.ops import Node, Ops, leaf_depends
 
 #: integer instructions of a division of an index by a constant (not a power of two),
 #: the multiply-add that uses its quotient included
@@ -92,12 +92,9 @@ def _division(expr: prim.FloorDiv | prim.Remainder, found: dict[Any, Node]
 
 
 def _rec(expr: Any, found: dict[Any, Node]) -> frozenset[str]:
-    if expr is None or isinstance(expr, (int, float, complex, str)):
-        return frozenset()
-    if expr in found:
-        return found[expr].depends
-    if isinstance(expr, prim.Variable):
-        return frozenset([expr.name])
+    known = leaf_depends(expr, found)
+    if known is not None:
+        return known
     if isinstance(expr, prim.Subscript):  # an index read from an array
         return frozenset([getattr(expr.aggregate, "name", str(expr.aggregate))]) | _all(
             expr.index if isinstance(expr.index, tuple) else (expr.index,), found)

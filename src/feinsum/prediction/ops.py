@@ -155,6 +155,18 @@ def _index_names(index: Any) -> frozenset[str]:
     return frozenset(get_dependencies(index))
 
 
+def leaf_depends(expr: Any, found: dict[Any, Node]) -> frozenset[str] | None:
+    """The names a constant, a variable or a subexpression already in *found* depends on
+    (None: any other expression, to be walked)."""
+    if expr is None or isinstance(expr, (int, float, complex, str)):
+        return frozenset()
+    if expr in found:
+        return found[expr].depends
+    if isinstance(expr, prim.Variable):
+        return frozenset([expr.name])
+    return None
+
+
 class OpCounter:
     """Counts :class:`Ops` in a value expression of a given float width."""
 
@@ -195,12 +207,9 @@ class OpCounter:
 
     def _rec(self, expr: Any, found: dict[Any, Node]) -> frozenset[str]:
         """Registers the nodes of *expr* in *found*; returns the names it depends on."""
-        if expr is None or isinstance(expr, (int, float, complex, str)):
-            return frozenset()
-        if expr in found:
-            return found[expr].depends
-        if isinstance(expr, prim.Variable):
-            return frozenset([expr.name])
+        known = leaf_depends(expr, found)
+        if known is not None:
+            return known
         if isinstance(expr, prim.Subscript):  # a read; its index is address arithmetic
             return frozenset([getattr(expr.aggregate, "name", str(expr.aggregate))]) | (
                 _index_names(expr.index))
