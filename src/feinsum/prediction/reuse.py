@@ -88,14 +88,15 @@ def placed_arithmetic(knl: Any, counter_for: CounterFor) -> dict[str, list[Place
                 continue
             predicates = frozenset(map(str, insn.predicates))
             levels: dict[tuple[tuple[str, int], ...], Ops] = {}
-            indexing = _index_nodes(knl, insn)
-            for node in [*counter.nodes(insn.expression), *indexing]:
+            nodes = [(n, False) for n in counter.nodes(insn.expression)]
+            for node, index in [*nodes, *((n, True) for n in _index_nodes(knl, insn))]:
                 k, copies = len(stack), tuple[tuple[str, int], ...]()
                 while k > 0 and not (stack[k - 1][0] in node.depends
                                      or writes[stack[k - 1][1]] & node.depends):
                     k -= 1
-                if node in indexing:  # a copy of unrolled loops: out of the rolled ones
-                    copies = tuple(x for x in stack[:k] if x[0] in unrolled)
+                if index:  # each copy of the unrolled loops it reads: out of rolled loops
+                    copies = tuple(x for x in stack[:k]
+                                   if x[0] in unrolled and x[0] in node.depends)
                     while k > 0 and (stack[k - 1][0] in unrolled or not (
                             stack[k - 1][0] in node.depends
                             or writes[stack[k - 1][1]] & node.depends)):
