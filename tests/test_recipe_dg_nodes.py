@@ -363,27 +363,6 @@ def test_a_configuration_that_does_not_fit_names_the_limit() -> None:
         recipe().space(e, H100).validate(cfg)
 
 
-def test_default_is_the_models_best_of_its_neighbours() -> None:
-    """Where the element count is known, the default is predicted no slower than each
-    valid neighbour (one element more or fewer, half or twice the rows; the local
-    operator at E = 5e4: 3 elements a work-item, not the 4 of the estimate's shortlist,
-    predicted 12 % faster)."""
-    from feinsum.prediction import predict_configuration
-
-    dev = MODELS["h200"].info
-    for name in ("local", "divergence"):
-        w = workloads(gpu=True)[name]
-        e = canonicalize(w.spec)
-        at = fs.canonical_lengths(w.spec.with_lengths(w.lengths))
-        p = recipe().default(e, dev, at)
-        t = predict_configuration(recipe(), e, p, "h200", at).seconds
-        space = recipe().space(e, dev)
-        near = [q for q in tl.neighbours(dict(p)) if not space.violations(q)]
-        assert len(near) >= 2, p
-        for q in near:
-            assert t <= predict_configuration(recipe(), e, q, "h200", at).seconds, (p, q)
-
-
 def test_default_uses_the_device_limits() -> None:
     """Defaults differ where the limits do, and fit each model."""
     e = reference("divergence")

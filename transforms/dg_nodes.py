@@ -36,9 +36,6 @@ from feinsum.toolbox import nodes as tn
 #: the default takes the performance model's fastest of, where the element count is known
 #: and the model describes the device (the estimate alone: the first).
 SHORTLIST = 12
-#: Steps of the refinement of the model's pick: each moves to the fastest of the pick and
-#: its neighbours (:func:`feinsum.toolbox.node_layouts.neighbours`), if faster.
-REFINE_STEPS = 2
 #: Work-groups per compute unit the ``groups`` parameter offers (0: one block per group).
 GROUPS_PER_UNIT = range(tp.MAX_GROUPS_PER_UNIT + 1)
 
@@ -120,12 +117,7 @@ def _default(e: Any, device: Any, lengths: dict[str, int]) -> dict[str, Any]:
         return ranked[0]
     from feinsum.prediction import fastest
 
-    best = ranked[fastest(e, [(RECIPE, p) for p in ranked], device, lengths) or 0]
-    space = _space(e, device)
-    for _ in range(REFINE_STEPS):  # the model's fastest of the pick and its neighbours
-        near = [best, *(p for p in tl.neighbours(best) if not space.violations(p))]
-        best = near[fastest(e, [(RECIPE, p) for p in near], device, lengths) or 0]
-    return best
+    return ranked[fastest(e, [(RECIPE, p) for p in ranked], device, lengths) or 0]
 
 
 def _apply(t_unit: Any, p: dict[str, Any], e: Any, device: Any) -> Any:

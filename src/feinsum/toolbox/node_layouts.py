@@ -380,12 +380,3 @@ def best_layout(e: BatchedEinsum, device: Any, elements: int | None = None
 
 
 # }}}
-
-
-def neighbours(params: dict[str, Any]) -> list[dict[str, Any]]:
-    """The ``dg_nodes`` configurations next to *params* that the default's refinement by
-    the performance model tries: one element more or fewer per work-item, half or twice
-    the element rows (not all of them valid: the recipe's space says)."""
-    e, rows = params["elements"], params["rows"]
-    return [{**params, "elements": n} for n in (e - 1, e + 1) if n >= 1] + [
-        {**params, "rows": n} for n in (rows // 2, rows * 2) if n >= 1]
