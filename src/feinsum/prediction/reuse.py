@@ -67,10 +67,13 @@ def _loop_writes(knl: Any) -> dict[int, set[str]]:
 def placed_arithmetic(knl: Any, counter_for: CounterFor) -> dict[str, list[Placed]]:
     """Each statement's instructions (of a linearized kernel *knl*), by the loops they run
     in, each subexpression counted where the compiler computes it and only once."""
+    from loopy.kernel.data import AddressSpace
     from loopy.schedule import CallKernel, EnterLoop, LeaveLoop, RunInstruction
 
     writes = _loop_writes(knl)
     unrolled = _unrolled(knl)
+    private = frozenset(n for n, v in knl.temporary_variables.items()
+                        if v.address_space == AddressSpace.PRIVATE)
     stack: list[tuple[str, int]] = []
     cache: dict[Any, frozenset[str]] = {}
     out: dict[str, list[Placed]] = {}
@@ -88,8 +91,9 @@ def placed_arithmetic(knl: Any, counter_for: CounterFor) -> dict[str, list[Place
                 continue
             predicates = frozenset(map(str, insn.predicates))
             levels: dict[tuple[tuple[str, int], ...], Ops] = {}
-            nodes = [(n, False) for n in counter.nodes(insn.expression)]
-            for node, index in [*nodes, *((n, True) for n in _index_nodes(knl, insn))]:
+            nodes = [*((n, False) for n in counter.nodes(insn.expression)),
+                     *((n, True) for n in _index_nodes(insn, private, unrolled))]
+            for node, index in nodes:
                 k, copies = len(stack), tuple[tuple[str, int], ...]()
                 while k > 0 and not (stack[k - 1][0] in node.depends
                                      or writes[stack[k - 1][1]] & node.depends):
@@ -115,20 +119,17 @@ def placed_arithmetic(knl: Any, counter_for: CounterFor) -> dict[str, list[Place
     return out
 
 
-def _index_nodes(knl: Any, insn: Any) -> list[Node]:
+def _index_nodes(insn: Any, private: frozenset[str], unrolled: frozenset[str]
+                 ) -> list[Node]:
     """The subexpressions of the indices of the global and local arrays *insn* reads and
-    writes that cost instructions of their own (a private array's index is a register's
-    name: a constant)."""
-    from loopy.kernel.data import AddressSpace
-
+    writes that cost instructions of their own (a *private* array's index is a register's
+    name: a constant; what depends on *unrolled* loop indices alone is folded)."""
     col = SubscriptCollector()
     col(insn.expression)
     for a in insn.assignees:
         col(a)
-    private = {n for n, v in knl.temporary_variables.items()
-               if v.address_space == AddressSpace.PRIVATE}
     return index_nodes((idx for name, idx in col.found
-                        if idx is not None and name not in private), _unrolled(knl))
+                        if idx is not None and name not in private), unrolled)
 
 
 def _unrolled(knl: Any) -> frozenset[str]:

@@ -76,15 +76,15 @@ def flat_stage_statements(e: BatchedEinsum, stages: Sequence[Stage], layout: Nod
                 id=sid, depends_on=needs, predicates=cast(Any, idle),
                 within_inames=frozenset(within | {k})))
             continue
-        first = prim.FloorDiv(at, m) * nq + 2 * prim.Remainder(at, m)
+        pair = prim.Remainder(at, m)  # in the element's row of pairs at // m
+        first = prim.FloorDiv(at, m) * nq + 2 * pair
         values = [_entry(e, stages, layout, p, r, le, first, e0, E, own),
                   _entry(e, stages, layout, p, r, le, first + 1, e0, E, own)]
         if nq % 2:  # the pad point of an odd length: zero
-            values[1] = prim.If(prim.Comparison(2 * prim.Remainder(at, m) + 1, "<", nq),
-                                values[1], 0)
+            values[1] = prim.If(prim.Comparison(2 * pair + 1, "<", nq), values[1], 0)
         row = le * (size // nq) + prim.FloorDiv(at, m)
         insns += [i.copy(depends_on=i.depends_on | needs) for i in pair_store(
-            dest, row * P + prim.Remainder(at, m), values,
+            dest, row * P + pair, values,
             np.result_type(*(e.value_dtype(r) for r in rows)), sid, within | {k}, bounds,
             temp, idle)]
     return insns
